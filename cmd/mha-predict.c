@@ -1,0 +1,2 @@
+/* cmd/mha-predict.c: placeholder */
+int main(void) { return 2; }

@@ -1,0 +1,1 @@
+/* data/batcher.c: placeholder until written */

@@ -1,0 +1,1 @@
+/* data/dataset.c: placeholder until written */

@@ -1,0 +1,53 @@
+/* data/dataset.h: reading labelled text files (TSV `label<TAB>text`, fastText
+ * `__label__X text`, JSON Lines {"label":..,"text":..}) into token ids.
+ * Handles a UTF-8 BOM, CRLF, empty lines (skipped, counted), over-long lines
+ * (truncated, counted). Every error is "FILE:LINE: what is wrong (what was expected)". */
+#ifndef MHA_DATA_DATASET_H
+#define MHA_DATA_DATASET_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "data/error.h"
+#include "data/tokenizer.h"
+#include "data/vocab.h"
+
+enum { FORMAT_AUTO = 0, FORMAT_TSV, FORMAT_FASTTEXT, FORMAT_JSONL, FORMAT_PLAIN };
+
+typedef struct {
+    int format;                 /* FORMAT_*; AUTO detects from the first non-empty line */
+    TokenizerOptions tok;
+    int max_line_bytes;         /* longer lines are truncated here (and counted) */
+} ReadOptions;
+
+/* Class names, sorted (strcmp order of UTF-8 bytes), from the training set. */
+typedef struct { int n; char **names; } LabelMap;
+int labelmap_find(const LabelMap *m, const char *name);          /* -1 when absent */
+void labelmap_free(LabelMap *m);
+
+typedef struct {
+    int n;                      /* examples */
+    int32_t *labels;            /* (n) class ids; -1 when the line had no label (FORMAT_PLAIN) */
+    int64_t *offsets;           /* (n+1): ids of example i are ids[offsets[i] .. offsets[i+1]) */
+    int32_t *ids;               /* all examples' token ids, untruncated */
+    int32_t *line_no;           /* (n) 1-based source line of each example */
+    long n_lines, n_empty, n_long, n_tokens, n_unk;  /* statistics */
+} Dataset;
+
+/* Read the training file: builds the vocab (min_count, max_vocab) and the label map
+ * from it, then the dataset. */
+int dataset_load_train(const char *path, const ReadOptions *o, int min_count, int max_vocab,
+                       Vocab **vocab, LabelMap *labels, Dataset *out, MhaError *err);
+/* Read a dev/test file with an existing vocab and label map; a label the training set
+ * never had is an error naming the label and the line. */
+int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
+                 const LabelMap *labels, Dataset *out, MhaError *err);
+void dataset_free(Dataset *d);
+
+/* One line of any format -> (label string or NULL, text). Used by the readers and by
+ * mha-predict on streamed input. `line` is modified in place (NUL-terminated pieces).
+ * Returns 0, or MHA_EXIT_DATA with err->msg "what is wrong (expected ...)" (no FILE:LINE). */
+int parse_line(char *line, int format, char **label, char **text, MhaError *err);
+int detect_format(const char *first_line);
+int format_from_name(const char *name);   /* "auto","tsv","fasttext","jsonl","plain"; -1 unknown */
+
+#endif

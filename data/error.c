@@ -1,0 +1,15 @@
+/* data/error.c: filling an MhaError. */
+#include "data/error.h"
+#include <stdarg.h>
+#include <stdio.h>
+
+int mha_fail(MhaError *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}

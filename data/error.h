@@ -1,0 +1,18 @@
+/* data/error.h: the user-facing error type shared by every layer.
+ * Library code never exits for a user error: it fills an MhaError and returns a
+ * non-zero exit code up to cmd/, which prints the message and exits with it. */
+#ifndef MHA_DATA_ERROR_H
+#define MHA_DATA_ERROR_H
+
+enum { MHA_OK = 0, MHA_EXIT_DATA = 1, MHA_EXIT_USAGE = 2 };
+
+typedef struct {
+    int code;          /* MHA_EXIT_DATA (runtime/data) or MHA_EXIT_USAGE (config/arguments) */
+    char msg[2048];    /* one line, compiler style: "FILE:LINE: what is wrong (what was expected)" */
+} MhaError;
+
+/* Fill err (may be NULL) with a printf-style message; returns code. */
+int mha_fail(MhaError *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

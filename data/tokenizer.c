@@ -1,0 +1,1 @@
+/* data/tokenizer.c: placeholder until written */

@@ -1,0 +1,31 @@
+/* data/tokenizer.h: UTF-8 text -> tokens, on utf8proc.
+ * Validates UTF-8, NFKC-normalises and case-folds (configurable); each CJK ideograph,
+ * kana or hangul syllable is one token; a run of Latin letters is one token; a run
+ * of digits is one token; each punctuation or symbol character is one token;
+ * whitespace separates and is dropped. */
+#ifndef MHA_DATA_TOKENIZER_H
+#define MHA_DATA_TOKENIZER_H
+
+#include <stddef.h>
+#include "data/error.h"
+
+typedef struct {
+    int nfkc;             /* default 1 */
+    int casefold;         /* default 1 */
+    int replace_invalid;  /* 0: invalid UTF-8 is an error; 1: replaced by U+FFFD */
+} TokenizerOptions;
+
+/* Tokens of one text: token i is the bytes text[start[i] .. start[i]+len[i]) of `text`,
+ * the normalised UTF-8 (not NUL-terminated). Reused across calls to avoid allocation. */
+typedef struct {
+    char *text;  size_t text_len, text_cap;
+    int *start, *len;  int n, cap;
+} TokenList;
+
+void tokenizer_options_default(TokenizerOptions *o);
+/* Tokenise bytes s[0..n). On invalid UTF-8 (and replace_invalid == 0) returns
+ * MHA_EXIT_DATA with err->msg = "invalid UTF-8 at byte offset K" (caller adds FILE:LINE). */
+int tokenize(const TokenizerOptions *o, const char *s, size_t n, TokenList *out, MhaError *err);
+void token_list_free(TokenList *t);
+
+#endif

@@ -1,0 +1,1 @@
+/* data/vocab.c: placeholder until written */

@@ -1,0 +1,138 @@
+/* kernels/backend.h: the table of operations every compute backend fills.
+ *
+ * The model (model/) is written once against this table; kernels/cpu/ fills it
+ * with OpenBLAS + OpenMP (the reference) and kernels/cuda/ with cuBLAS and our
+ * own kernels. All pointers passed to ops live in the backend's memory
+ * (host memory for the CPU backend, device memory for CUDA), including the
+ * int arrays (token ids, lengths, labels).
+ *
+ * Dimension letters: B batch, T padded length of this batch, C d_model,
+ * NH heads, HS = C / NH head size, F d_ff, V vocab, K classes, N = B*T rows.
+ *
+ * Conventions (llm.c style):
+ *  - outputs first, inputs after; a `d` prefix marks a gradient.
+ *  - every backward op ACCUMULATES (+=) into all of its gradient outputs,
+ *    parameter and activation gradients alike; the caller zeroes them.
+ *  - weights are stored as PyTorch's nn.Linear does: w (OC, IC), row-major.
+ *  - rows t >= lengths[b] are padding. Ops that take `lengths` do no work for
+ *    padded positions and write zeros there (attention output, pooling grads).
+ */
+#ifndef MHA_KERNELS_BACKEND_H
+#define MHA_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { MHA_ACT_RELU = 0, MHA_ACT_GELU = 1 };              /* GELU: exact erf form */
+enum { MHA_POOL_MEAN = 0, MHA_POOL_CLS = 1, MHA_POOL_MAX = 2 };
+#define MHA_LN_EPS 1e-5f
+
+typedef struct Backend {
+    const char *name;                                      /* "cpu" or "cuda" */
+
+    /* ---- memory: alloc returns NULL when out of memory ---- */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    void (*to_device)(void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);   /* within the backend */
+    void (*zero)(void *p, size_t bytes);
+    void (*sync)(void);
+
+    /* ---- linear layer ----
+     * out (N, OC) = inp (N, IC) @ w^T + bias;  w (OC, IC), bias (OC) or NULL. out overwritten. */
+    void (*linear_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int IC, int OC);
+    /* dinp (N, IC) += dout @ w;  dw (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout.
+     * dinp or dbias may be NULL (not needed). */
+    void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
+
+    /* ---- embeddings ----
+     * out (B, T, C) = tok[ids[b,t]] + pos[t];  tok (V, C), pos (maxT, C) with maxT >= T. */
+    void (*embed_forward)(float *out, const int32_t *ids, const float *tok, const float *pos,
+                          int B, int T, int C);
+    /* dtok (V, C) += scatter of dout by ids;  dpos (maxT, C) += sum over b (dpos may be NULL).
+     * Deterministic: the result does not depend on thread scheduling. */
+    void (*embed_backward)(float *dtok, float *dpos, const float *dout, const int32_t *ids,
+                           int B, int T, int C);
+
+    /* ---- LayerNorm over the last dim, eps = MHA_LN_EPS ----
+     * out (N, C); saves mean (N), rstd (N) for backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* ---- elementwise ---- */
+    void (*act_forward)(float *out, const float *inp, size_t n, int act);
+    void (*act_backward)(float *dinp, const float *dout, const float *inp, size_t n, int act);
+    void (*add)(float *out, const float *a, const float *b, size_t n);      /* out = a + b */
+    void (*accumulate)(float *dst, const float *src, size_t n);             /* dst += src */
+    /* Inverted dropout with a counter-based RNG: element i is kept when
+     * mha_rng_uniform(seed, offset + i) >= p, and scaled by 1/(1-p). p == 0 copies. */
+    void (*dropout_forward)(float *out, const float *inp, size_t n, float p,
+                            uint64_t seed, uint64_t offset);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p,
+                             uint64_t seed, uint64_t offset);
+
+    /* ---- multi-head self-attention on the fused qkv ----
+     * qkv (B, T, 3C): columns [0,C) are q, [C,2C) k, [2C,3C) v; head h uses columns
+     * h*HS .. h*HS+HS-1 of each. out (B, T, C) with heads concatenated the same way.
+     * Scores scaled by 1/sqrt(HS); key j of example b is valid when j < lengths[b]
+     * (and j <= i when causal). Query rows i >= lengths[b] get zeros.
+     * Attention dropout (p_drop > 0) drops probability P[b,h,i,j] when
+     * mha_rng_uniform(seed, ((b*NH + h)*T + i)*T + j) < p_drop, scaling kept ones by 1/(1-p).
+     *
+     * Materialising path: att (B, NH, T, T) holds the softmax probabilities (before
+     * dropout; zeros at masked entries). datt is scratch of the same size.
+     * Fused path: never holds (T, T); lse (B, NH, T) saves the log-sum-exp per query row. */
+    void (*attention_forward_math)(float *out, float *att, const float *qkv, const int32_t *lengths,
+                                   int B, int T, int C, int NH, int causal,
+                                   float p_drop, uint64_t seed);
+    void (*attention_backward_math)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                    const float *att, const int32_t *lengths,
+                                    int B, int T, int C, int NH, int causal,
+                                    float p_drop, uint64_t seed);
+    void (*attention_forward_fused)(float *out, float *lse, const float *qkv, const int32_t *lengths,
+                                    int B, int T, int C, int NH, int causal,
+                                    float p_drop, uint64_t seed);
+    void (*attention_backward_fused)(float *dqkv, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, const int32_t *lengths,
+                                     int B, int T, int C, int NH, int causal,
+                                     float p_drop, uint64_t seed);
+
+    /* ---- pooling over real tokens t < lengths[b] ----
+     * out (B, C) from inp (B, T, C). MEAN: average; CLS: row t = 0; MAX: per-channel max,
+     * argmax (B, C) records the winning t (argmax may be NULL for other modes). */
+    void (*pool_forward)(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,
+                         int B, int T, int C, int mode);
+    void (*pool_backward)(float *dinp, const float *dout, const int32_t *argmax,
+                          const int32_t *lengths, int B, int T, int C, int mode);
+
+    /* ---- softmax cross-entropy with label smoothing eps ----
+     * logits (B, K), labels (B) -> losses (B) (per example, unscaled), probs (B, K);
+     * dlogits (B, K) += (probs - target) * dscale where target = (1-eps)*onehot + eps/K.
+     * dlogits may be NULL (evaluation). */
+    void (*crossentropy)(float *losses, float *probs, float *dlogits, const float *logits,
+                         const int32_t *labels, int B, int K, float smoothing, float dscale);
+
+    /* ---- optimizer ----
+     * AdamW as torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias-corrected step at t (1-based). */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t);
+    /* sum of squares of x (n), accumulated in double; returned to the host. */
+    double (*sum_squares)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);                             /* x *= s */
+} Backend;
+
+/* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
+ * counts so they do not oversubscribe each other. */
+const Backend *mha_cpu_backend(int threads);
+
+/* The CUDA backend, or NULL when the binary was built without CUDA or no device is
+ * visible; `why` (may be NULL) receives a one-line reason. */
+const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,1 @@
+/* kernels/cpu/backend_cpu.c: placeholder until written */

@@ -1,0 +1,11 @@
+/* kernels/cuda_absent.c: stands in for the CUDA backend in builds without nvcc. */
+#include "kernels/backend.h"
+#include <stdio.h>
+
+const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) {
+    (void)tf32;
+    if (why && why_len)
+        snprintf(why, why_len, "this mha was built without CUDA (rebuild with nvcc installed "
+                 "and meson -Dcuda=enabled)");
+    return NULL;
+}

@@ -1,0 +1,1 @@
+/* model/config.c: placeholder until written */
