@@ -1,2 +1,76 @@
-/* cmd/mha-train.c: placeholder */
-int main(void) { return 2; }
+/* cmd/mha-train.c: command line of the trainer: arguments, config, exit codes.
+ * Exit status: 0 success, 1 runtime or data error, 2 usage error, 130 interrupted
+ * (after saving last.mha). */
+#include "data/error.h"
+#include "model/config.h"
+#include "model/trainer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mha-train --config FILE [--set key=value ...] [--max-steps N] [--quiet]\n"
+            "       mha-train --resume OUTPUT_DIR/last.mha [--max-steps N] [--quiet]\n"
+            "\n"
+            "Trains a Transformer text classifier described by a JSON config (sections data,\n"
+            "model, train, output; see configs/demo.json). Writes OUTPUT_DIR/model.mha (best on\n"
+            "dev), OUTPUT_DIR/last.mha (resumable state) and OUTPUT_DIR/metrics.jsonl.\n"
+            "\n"
+            "  --config FILE      JSON config; paths inside are relative to its folder\n"
+            "  --set key=value    override a config key, e.g. --set train.lr=3e-4 (repeatable)\n"
+            "  --resume FILE      continue a run from its last.mha\n"
+            "  --max-steps N      stop after N updates in total, saving last.mha\n"
+            "  --quiet            no progress lines\n"
+            "  -h, --help         this text\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "mha-train: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(run mha-train --help for usage)\n");
+    return MHA_EXIT_USAGE;
+}
+
+int main(int argc, char **argv) {
+    const char *config_path = NULL;
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int n_sets = 0;
+    TrainOptions opt = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(sets); return 0; }
+        else if (!strcmp(a, "--quiet")) opt.quiet = 1;
+        else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
+            if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--config")) config_path = v;
+            else if (!strcmp(a, "--set")) sets[n_sets++] = v;
+            else if (!strcmp(a, "--resume")) opt.resume_path = v;
+            else {
+                char *end;
+                opt.max_steps = strtol(v, &end, 10);
+                if (*end || opt.max_steps <= 0) { free(sets); return usage_error("--max-steps '%s': expected a positive integer", v); }
+            }
+        } else {
+            free(sets);
+            return usage_error("unknown argument '%s'", a);
+        }
+    }
+    if (!config_path && !opt.resume_path) { free(sets); return usage_error("%s", "missing --config FILE"); }
+    if (opt.resume_path && (config_path || n_sets)) {
+        free(sets);
+        return usage_error("%s", "--resume continues with the config stored in the checkpoint; "
+                           "do not combine it with --config or --set");
+    }
+    Config cfg;
+    MhaError err = {0};
+    config_defaults(&cfg);
+    int rc = 0;
+    if (config_path) rc = config_load(&cfg, config_path, sets, n_sets, &err);
+    free(sets);
+    if (rc == 0) rc = train_run(&cfg, &opt, &err);
+    if (rc != 0 && rc != 130) fprintf(stderr, "mha-train: error: %s\n", err.msg);
+    return rc;
+}

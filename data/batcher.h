@@ -28,19 +28,30 @@ typedef struct {
     int32_t *order;             /* (n) example order for this epoch, grouped into batches */
     int32_t *batch_start;       /* (n_batches+1) */
     Batch batch;                /* buffers reused by batcher_next */
+    uint64_t *keys;             /* (n) scratch: sort keys while laying out an epoch */
+    int32_t *tmp;               /* (n + n_batches) scratch */
 } Batcher;
 
-/* add_cls: prepend [CLS] (counts toward max_len). bucket = 0: random batches. */
+/* add_cls: prepend [CLS] (counts toward max_len). bucket = 0: random batches.
+ * TRUNC_HEAD keeps the first m tokens, TRUNC_HEAD_TAIL the first ceil(m/2) and the last
+ * floor(m/2), where m = max_len - add_cls. Lays out epoch 0 (shuffled). Returns 0, or
+ * MHA_EXIT_USAGE for bad arguments (batch_size < 1, max_len < 1 + add_cls, bad truncate),
+ * MHA_EXIT_DATA when out of memory. */
 int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int truncate,
                  int add_cls, int bucket, uint64_t seed);
 /* Lay out epoch `epoch` (shuffled when shuffle != 0; evaluation uses shuffle = 0 but
- * still buckets) and set pos = start_batch. */
+ * still buckets) and set pos = start_batch.
+ * shuffle, bucket: the examples shuffled by (seed, epoch), cut into chunks of 100 batches,
+ *   each chunk sorted by length and cut into batches, the full batches shuffled; the one
+ *   smaller batch (when batch_size does not divide n) comes last.
+ * shuffle, no bucket: shuffled examples cut into batches in order.
+ * no shuffle: sorted by length (ties by index) when bucketing, else in file order. */
 void batcher_start_epoch(Batcher *b, int epoch, int shuffle, int start_batch);
 /* Next batch of the epoch, or NULL at its end. The Batch is owned by the batcher. */
 const Batch *batcher_next(Batcher *b);
 /* Example length after truncation (and [CLS]). */
 int batcher_example_length(const Batcher *b, int i);
-/* Padded positions / all positions over one epoch's batches. */
+/* Padded positions / all positions over the batches of the epoch laid out last. */
 double batcher_padding_fraction(Batcher *b);
 void batcher_free(Batcher *b);
 

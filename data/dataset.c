@@ -1,1 +1,520 @@
-/* data/dataset.c: placeholder until written */
+/* data/dataset.c: reading TSV, fastText and JSON Lines files (and plain text) into token
+ * ids, the label map, and one-line parsing shared with mha-predict.
+ *
+ * Each line: the trailing LF / CRLF and (line 1) a UTF-8 BOM are dropped; the line is
+ * checked for UTF-8 and NUL bytes (an error naming the byte offset in the line, or U+FFFD
+ * when tok.replace_invalid); a line of only ASCII whitespace is empty (skipped, counted);
+ * otherwise it is parsed, its text cut to max_line_bytes at a character boundary (counted
+ * in n_long) and tokenised. Labels are kept as strings; TSV labels lose surrounding
+ * spaces. The training file is read once: tokens are interned into a VocabCounter while
+ * reading, then the vocabulary is built and the interned indices are mapped to ids. */
+#include "data/dataset.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#define JSON_SHAPE "{\"label\": ..., \"text\": ...}"
+#define UTF8_HINT "set data.replace_invalid=true to replace bad bytes with U+FFFD"
+
+/* ---- formats and one line --------------------------------------------------------------- */
+
+int format_from_name(const char *name) {
+    static const char *const names[] = {"auto", "tsv", "fasttext", "jsonl", "plain"};
+    for (int i = 0; i < 5; i++)
+        if (name && strcmp(name, names[i]) == 0) return i;   /* same order as FORMAT_* */
+    return -1;
+}
+
+static const char *skip_bom_spaces(const char *s) {
+    /* byte by byte, so a string shorter than the BOM is never read past its NUL */
+    if ((unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
+        s += 3;
+    while (*s == ' ') s++;
+    return s;
+}
+
+int detect_format(const char *first_line) {
+    const char *s = skip_bom_spaces(first_line);
+    if (strncmp(s, "__label__", 9) == 0) return FORMAT_FASTTEXT;
+    if (*s == '{') return FORMAT_JSONL;
+    if (strchr(s, '\t')) return FORMAT_TSV;
+    return FORMAT_PLAIN;
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+static const char *json_kind(const cJSON *j) {
+    if (cJSON_IsNull(j)) return "null";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "invalid";
+}
+
+static int parse_json(char *line, char **label, char **text, MhaError *err) {
+    size_t room = strlen(line) + 1;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(line, &end, 1);
+    if (!j)
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "bad JSON at byte offset %ld (expected one JSON object per line: " JSON_SHAPE ")",
+                        end ? (long)(end - line) : 0L);
+    int rc = 0;
+    char num[32];
+    const char *ls = NULL, *ts = NULL;
+    if (!cJSON_IsObject(j)) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "the line is %s (expected a JSON object " JSON_SHAPE ")",
+                      json_kind(j));
+        goto done;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+    if (!t) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "missing field \"text\" (expected " JSON_SHAPE ")");
+        goto done;
+    }
+    if (!cJSON_IsString(t) || !t->valuestring) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "field \"text\" is %s (expected a string)", json_kind(t));
+        goto done;
+    }
+    ts = t->valuestring;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "label");
+    if (l) {
+        if (cJSON_IsString(l) && l->valuestring) {
+            ls = l->valuestring;
+        } else if (cJSON_IsNumber(l) && fabs(l->valuedouble) < 9007199254740992.0 &&
+                   l->valuedouble == floor(l->valuedouble)) {
+            snprintf(num, sizeof num, "%lld", (long long)l->valuedouble);
+            ls = num;
+        } else {
+            rc = mha_fail(err, MHA_EXIT_DATA,
+                          "field \"label\" is %s%s (expected a string or an integer)", json_kind(l),
+                          cJSON_IsNumber(l) ? " that is not an integer" : "");
+            goto done;
+        }
+        if (!*ls) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "empty label (expected a non-empty \"label\")");
+            goto done;
+        }
+    }
+    {
+        /* decoded strings are never longer than their JSON form, so they fit in `line` */
+        size_t tl = strlen(ts), ll = ls ? strlen(ls) + 1 : 0;
+        if (tl + 1 + ll > room) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "JSON fields longer than the line (expected " JSON_SHAPE ")");
+            goto done;
+        }
+        memcpy(line, ts, tl + 1);
+        *text = line;
+        if (ls) {
+            memcpy(line + tl + 1, ls, ll);
+            *label = line + tl + 1;
+        }
+    }
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int parse_line(char *line, int format, char **label, char **text, MhaError *err) {
+    *label = NULL;
+    *text = line;
+    if (format == FORMAT_AUTO) format = detect_format(line);
+    switch (format) {
+    case FORMAT_PLAIN:
+        return 0;
+    case FORMAT_TSV: {
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "no tab between label and text (expected 'label<TAB>text')");
+        *tab = '\0';
+        char *l = line, *e = tab;
+        while (*l == ' ') l++;
+        while (e > l && e[-1] == ' ') *--e = '\0';
+        if (!*l)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "empty label (expected 'label<TAB>text' with a non-empty label)");
+        *label = l;
+        *text = tab + 1;
+        return 0;
+    }
+    case FORMAT_FASTTEXT: {
+        char *p = line;
+        while (*p == ' ') p++;
+        if (strncmp(p, "__label__", 9) != 0)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "missing __label__ prefix (expected '__label__LABEL text')");
+        p += 9;
+        char *l = p;
+        while (*p && !is_space(*p)) p++;
+        if (p == l)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "empty label after __label__ (expected '__label__LABEL text')");
+        if (*p) *p++ = '\0';
+        for (;;) {   /* further labels: the first one counts */
+            while (is_space(*p)) p++;
+            if (strncmp(p, "__label__", 9) != 0) break;
+            while (*p && !is_space(*p)) p++;
+        }
+        *label = l;
+        *text = p;
+        return 0;
+    }
+    case FORMAT_JSONL:
+        return parse_json(line, label, text, err);
+    default:
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "unknown format %d (expected auto, tsv, fasttext, jsonl or plain)", format);
+    }
+}
+
+/* ---- labels ----------------------------------------------------------------------------- */
+
+int labelmap_find(const LabelMap *m, const char *name) {
+    int lo = 0, hi = m ? m->n - 1 : -1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(m->names[mid], name);
+        if (c == 0) return mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+void labelmap_free(LabelMap *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) free(m->names[i]);
+    free(m->names);
+    m->names = NULL;
+    m->n = 0;
+}
+
+/* "a, b, c" (shortened with ", ..." to fit), for error messages */
+static void known_labels(const LabelMap *m, char *buf, size_t cap) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n; i++) {
+        size_t need = strlen(m->names[i]) + 2;
+        if (w + need + 8 > cap) {
+            snprintf(buf + w, cap - w, "%s...", i ? ", " : "");
+            return;
+        }
+        w += (size_t)snprintf(buf + w, cap - w, "%s%s", i ? ", " : "", m->names[i]);
+    }
+}
+
+/* ---- reading a file --------------------------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    const ReadOptions *o;
+    Dataset *d;
+    int train;                  /* ids and labels hold indices into tok_count / lab_count */
+    VocabCounter *tok_count, *lab_count;
+    const Vocab *vocab;         /* !train */
+    const LabelMap *labels;     /* !train; NULL: labels are not read (-1) */
+    size_t ids_cap;
+    int ex_cap;
+} Reader;
+
+static int grow_examples(Reader *r) {
+    Dataset *d = r->d;
+    if (d->n + 1 < r->ex_cap) return 0;
+    int cap = r->ex_cap ? r->ex_cap * 2 : 1024;
+    int32_t *l = realloc(d->labels, (size_t)cap * sizeof *l);
+    if (!l) return -1;
+    d->labels = l;
+    int32_t *ln = realloc(d->line_no, (size_t)cap * sizeof *ln);
+    if (!ln) return -1;
+    d->line_no = ln;
+    int64_t *of = realloc(d->offsets, ((size_t)cap + 1) * sizeof *of);
+    if (!of) return -1;
+    d->offsets = of;
+    r->ex_cap = cap;
+    return 0;
+}
+
+static int grow_ids(Reader *r, size_t need) {
+    if (need <= r->ids_cap) return 0;
+    size_t cap = r->ids_cap ? r->ids_cap : 16384;
+    while (cap < need) cap *= 2;
+    int32_t *p = realloc(r->d->ids, cap * sizeof *p);
+    if (!p) return -1;
+    r->d->ids = p;
+    r->ids_cap = cap;
+    return 0;
+}
+
+static int oom(MhaError *err, const char *path) {
+    return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while reading", path);
+}
+
+static int add_example(Reader *r, long line_no, const char *label, const char *text,
+                       size_t tlen, TokenList *tl, MhaError *err) {
+    Dataset *d = r->d;
+    const ReadOptions *o = r->o;
+    int32_t lab = -1;
+    if (label && r->train) {
+        lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));
+        if (lab < 0) return oom(err, r->path);
+    } else if (label && r->labels) {
+        lab = labelmap_find(r->labels, label);
+        if (lab < 0) {
+            char known[1024];
+            known_labels(r->labels, known, sizeof known);
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)",
+                            r->path, line_no, label, known);
+        }
+    }
+    if (o->max_line_bytes > 0 && tlen > (size_t)o->max_line_bytes) {
+        size_t cut = (size_t)o->max_line_bytes;
+        while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
+        tlen = cut;
+        d->n_long++;
+    }
+    MhaError terr;
+    if (tokenize(&o->tok, text, tlen, tl, &terr))
+        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, terr.msg);
+    if (grow_examples(r) || grow_ids(r, (size_t)d->offsets[d->n] + (size_t)tl->n)) return oom(err, r->path);
+    int32_t *ids = d->ids + d->offsets[d->n];
+    for (int i = 0; i < tl->n; i++) {
+        const char *tok = tl->text + tl->start[i];
+        if (r->train) {
+            ids[i] = vocab_counter_intern(r->tok_count, tok, tl->len[i]);
+            if (ids[i] < 0) return oom(err, r->path);
+        } else {
+            ids[i] = vocab_lookup(r->vocab, tok, tl->len[i]);
+            d->n_unk += ids[i] == VOCAB_UNK;
+        }
+    }
+    d->n_tokens += tl->n;
+    d->labels[d->n] = lab;
+    d->line_no[d->n] = (int32_t)line_no;
+    d->offsets[d->n + 1] = d->offsets[d->n] + tl->n;
+    d->n++;
+    return 0;
+}
+
+static int read_file(Reader *r, MhaError *err) {
+    const ReadOptions *o = r->o;
+    Dataset *d = r->d;
+    memset(d, 0, sizeof *d);
+    FILE *f = fopen(r->path, "rb");
+    if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s)", r->path, strerror(errno));
+    if (grow_examples(r)) {
+        fclose(f);
+        return oom(err, r->path);
+    }
+    d->offsets[0] = 0;
+
+    int rc = 0, format = o->format;
+    int need_label = r->train || r->labels;
+    char *line = NULL, *fix = NULL;
+    size_t line_cap = 0, fix_cap = 0;
+    size_t keep = o->max_line_bytes > 0 ? 4 * (size_t)o->max_line_bytes : 0;
+    if (keep < ((size_t)1 << 20)) keep = (size_t)1 << 20;
+    TokenList tl = {0};
+    ssize_t got;
+    long line_no = 0;
+    errno = 0;
+    while ((got = getline(&line, &line_cap, f)) >= 0) {
+        line_no++;
+        d->n_lines++;
+        size_t len = (size_t)got, bom = 0;
+        if (len && line[len - 1] == '\n') len--;
+        if (len && line[len - 1] == '\r') len--;
+        line[len] = '\0';
+        char *s = line;
+        if (line_no == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+            s += 3;
+            len -= 3;
+            bom = 3;
+        }
+        size_t bad = utf8_check(s, len);
+        char *nul = memchr(s, '\0', len);
+        if (bad < len || nul) {
+            int is_nul = nul && (size_t)(nul - s) < bad;
+            if (!o->tok.replace_invalid) {
+                rc = mha_fail(err, MHA_EXIT_DATA,
+                              "%s:%ld: %s at byte offset %zu (expected UTF-8 text; " UTF8_HINT ")",
+                              r->path, line_no, is_nul ? "NUL byte" : "invalid UTF-8",
+                              (is_nul ? (size_t)(nul - s) : bad) + bom);
+                break;
+            }
+            if (fix_cap < 3 * len + 1) {
+                free(fix);
+                fix_cap = 3 * len + 1;
+                fix = malloc(fix_cap);
+                if (!fix) {
+                    rc = oom(err, r->path);
+                    break;
+                }
+            }
+            len = utf8_replace_invalid(s, len, fix, 1);
+            fix[len] = '\0';
+            s = fix;
+        }
+        size_t k = 0;
+        while (k < len && is_space(s[k])) k++;
+        if (k == len) {
+            d->n_empty++;
+            continue;
+        }
+        if (format == FORMAT_AUTO) {
+            format = detect_format(s);
+            if (format == FORMAT_PLAIN && need_label) {
+                rc = mha_fail(err, MHA_EXIT_DATA,
+                              "%s:%ld: cannot tell the format: no tab, no __label__ prefix, no JSON "
+                              "object (expected 'label<TAB>text', '__label__LABEL text' or " JSON_SHAPE ")",
+                              r->path, line_no);
+                break;
+            }
+        }
+        char *label, *text;
+        MhaError perr;
+        if (parse_line(s, format, &label, &text, &perr)) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, perr.msg);
+            break;
+        }
+        if (!need_label) label = NULL;
+        else if (!label) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: missing %s (expected %s)", r->path, line_no,
+                          format == FORMAT_JSONL ? "field \"label\"" : "label",
+                          format == FORMAT_JSONL ? JSON_SHAPE : "a labelled line");
+            break;
+        }
+        if (format == FORMAT_JSONL &&
+            (utf8_check(text, strlen(text)) != strlen(text) ||
+             (label && utf8_check(label, strlen(label)) != strlen(label)))) {
+            /* only JSON escapes (lone surrogates) get here */
+            rc = mha_fail(err, MHA_EXIT_DATA,
+                          "%s:%ld: a JSON string decodes to invalid UTF-8 (expected valid \\u escapes)",
+                          r->path, line_no);
+            break;
+        }
+        rc = add_example(r, line_no, label, text, strlen(text), &tl, err);
+        if (rc) break;
+        if (line_cap > keep) {   /* do not hold on to the buffer of one huge line */
+            free(line);
+            line = NULL;
+            line_cap = 0;
+        }
+        if (fix_cap > keep) {
+            free(fix);
+            fix = NULL;
+            fix_cap = 0;
+        }
+    }
+    if (!rc && ferror(f))
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->path, line_no,
+                      strerror(errno ? errno : EIO));
+    if (!rc && d->n == 0)
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: no examples in %ld lines (expected at least one "
+                      "non-empty line)", r->path, line_no);
+    free(line);
+    free(fix);
+    token_list_free(&tl);
+    fclose(f);
+    if (rc) dataset_free(d);
+    return rc;
+}
+
+static int cmp_label_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int dataset_load_train(const char *path, const ReadOptions *o, int min_count, int max_vocab,
+                       Vocab **vocab, LabelMap *labels, Dataset *out, MhaError *err) {
+    *vocab = NULL;
+    labels->n = 0;
+    labels->names = NULL;
+    memset(out, 0, sizeof *out);
+    if (o->format == FORMAT_PLAIN)
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "%s: format plain has no labels (expected tsv, fasttext or jsonl for training)",
+                        path);
+    Reader r = {.path = path, .o = o, .d = out, .train = 1};
+    r.tok_count = vocab_counter_new();
+    r.lab_count = vocab_counter_new();
+    int rc = 0;
+    int32_t *map = NULL;
+    char **names = NULL;
+    Vocab *v = NULL;
+    if (!r.tok_count || !r.lab_count) {
+        rc = oom(err, path);
+        memset(out, 0, sizeof *out);
+        goto done;
+    }
+    rc = read_file(&r, err);
+    if (rc) goto done;
+
+    /* labels: sorted names; map interned index -> class id */
+    int nl = vocab_counter_size(r.lab_count);
+    names = calloc((size_t)nl, sizeof *names);
+    map = malloc(((size_t)nl + (size_t)vocab_counter_size(r.tok_count) + 1) * sizeof *map);
+    if (!names || !map) goto nomem;
+    for (int i = 0; i < nl; i++) {
+        names[i] = strdup(vocab_counter_token(r.lab_count, i, NULL, NULL));
+        if (!names[i]) goto nomem;
+    }
+    qsort(names, (size_t)nl, sizeof *names, cmp_label_name);
+    labels->n = nl;
+    labels->names = names;
+    names = NULL;
+    for (int i = 0; i < nl; i++) map[i] = labelmap_find(labels, vocab_counter_token(r.lab_count, i, NULL, NULL));
+    for (int i = 0; i < out->n; i++) out->labels[i] = map[out->labels[i]];
+
+    /* vocabulary: interned token index -> id */
+    v = vocab_build(r.tok_count, min_count, max_vocab);
+    if (!v) goto nomem;
+    int nt = vocab_counter_size(r.tok_count);
+    for (int i = 0; i < nt; i++) {
+        int len;
+        const char *s = vocab_counter_token(r.tok_count, i, &len, NULL);
+        map[i] = vocab_lookup(v, s, len);
+    }
+    out->n_unk = 0;
+    int64_t total = out->offsets[out->n];
+    for (int64_t i = 0; i < total; i++) {
+        out->ids[i] = map[out->ids[i]];
+        out->n_unk += out->ids[i] == VOCAB_UNK;
+    }
+    *vocab = v;
+    v = NULL;
+    goto done;
+nomem:
+    rc = oom(err, path);
+    dataset_free(out);
+    labelmap_free(labels);
+done:
+    if (names)
+        for (int i = 0; i < vocab_counter_size(r.lab_count); i++) free(names[i]);
+    free(names);
+    free(map);
+    vocab_free(v);
+    vocab_counter_free(r.tok_count);
+    vocab_counter_free(r.lab_count);
+    return rc;
+}
+
+int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
+                 const LabelMap *labels, Dataset *out, MhaError *err) {
+    Reader r = {.path = path, .o = o, .d = out, .vocab = vocab, .labels = labels};
+    return read_file(&r, err);
+}
+
+void dataset_free(Dataset *d) {
+    if (!d) return;
+    free(d->labels);
+    free(d->offsets);
+    free(d->ids);
+    free(d->line_no);
+    memset(d, 0, sizeof *d);
+}

@@ -16,7 +16,8 @@ enum { FORMAT_AUTO = 0, FORMAT_TSV, FORMAT_FASTTEXT, FORMAT_JSONL, FORMAT_PLAIN 
 typedef struct {
     int format;                 /* FORMAT_*; AUTO detects from the first non-empty line */
     TokenizerOptions tok;
-    int max_line_bytes;         /* longer lines are truncated here (and counted) */
+    int max_line_bytes;         /* a line's text longer than this is cut at a character
+                                   boundary and counted in n_long; <= 0: no limit */
 } ReadOptions;
 
 /* Class names, sorted (strcmp order of UTF-8 bytes), from the training set. */
@@ -38,7 +39,8 @@ typedef struct {
 int dataset_load_train(const char *path, const ReadOptions *o, int min_count, int max_vocab,
                        Vocab **vocab, LabelMap *labels, Dataset *out, MhaError *err);
 /* Read a dev/test file with an existing vocab and label map; a label the training set
- * never had is an error naming the label and the line. */
+ * never had is an error naming the label and the line. labels == NULL: labels are not
+ * read (all -1), as for FORMAT_PLAIN. A file without examples is an error. */
 int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err);
 void dataset_free(Dataset *d);

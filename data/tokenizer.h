@@ -2,7 +2,10 @@
  * Validates UTF-8, NFKC-normalises and case-folds (configurable); each CJK ideograph,
  * kana or hangul syllable is one token; a run of Latin letters is one token; a run
  * of digits is one token; each punctuation or symbol character is one token;
- * whitespace separates and is dropped. */
+ * whitespace separates and is dropped. A combining mark stays with the token before it;
+ * format characters (Cf: ZWSP, ZWJ, BOM, ...) and variation selectors separate like
+ * whitespace. TokenList.text is the whole normalised text, byte for byte what utf8proc_map
+ * gives with the same options (invalid bytes first replaced by U+FFFD when allowed). */
 #ifndef MHA_DATA_TOKENIZER_H
 #define MHA_DATA_TOKENIZER_H
 
@@ -20,6 +23,9 @@ typedef struct {
 typedef struct {
     char *text;  size_t text_len, text_cap;
     int *start, *len;  int n, cap;
+    /* scratch reused across calls (zero-initialise the whole TokenList before first use) */
+    int *ucs;  size_t ucs_cap;      /* code points of a span being normalised */
+    char *fixed;  size_t fixed_cap; /* input with invalid bytes replaced (replace_invalid) */
 } TokenList;
 
 void tokenizer_options_default(TokenizerOptions *o);
@@ -27,5 +33,12 @@ void tokenizer_options_default(TokenizerOptions *o);
  * MHA_EXIT_DATA with err->msg = "invalid UTF-8 at byte offset K" (caller adds FILE:LINE). */
 int tokenize(const TokenizerOptions *o, const char *s, size_t n, TokenList *out, MhaError *err);
 void token_list_free(TokenList *t);
+
+/* Byte offset of the first invalid UTF-8 sequence in s[0..n) (overlong forms, surrogates,
+ * code points above U+10FFFF, truncated sequences), or n when all of it is valid. */
+size_t utf8_check(const char *s, size_t n);
+/* Copy s[0..n) to dst (room for 3*n bytes), replacing each maximal invalid subsequence by
+ * U+FFFD, and each NUL byte too when nul != 0. Returns the bytes written. */
+size_t utf8_replace_invalid(const char *s, size_t n, char *dst, int nul);
 
 #endif

@@ -16,7 +16,14 @@ typedef struct Vocab Vocab;
 VocabCounter *vocab_counter_new(void);
 void vocab_counter_add(VocabCounter *c, const char *tok, int len);
 void vocab_counter_free(VocabCounter *c);
+/* Add one occurrence of tok and return its index in the counter (0, 1, ... in order of
+ * first occurrence; stable while the counter lives), or -1 when out of memory. */
+int32_t vocab_counter_intern(VocabCounter *c, const char *tok, int len);
+int vocab_counter_size(const VocabCounter *c);
+/* Token `idx` of the counter (NUL-terminated); *len and *count when not NULL. */
+const char *vocab_counter_token(const VocabCounter *c, int32_t idx, int *len, long *count);
 
+/* min_count <= 1 keeps every token; max_size <= 0 means no limit. NULL when out of memory. */
 Vocab *vocab_build(const VocabCounter *c, int min_count, int max_size);
 int vocab_size(const Vocab *v);
 int32_t vocab_lookup(const Vocab *v, const char *tok, int len);  /* VOCAB_UNK when absent */

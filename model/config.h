@@ -5,6 +5,7 @@
 #define MHA_MODEL_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "data/error.h"
 
 typedef struct {
@@ -66,5 +67,8 @@ int config_validate(const Config *c, MhaError *err);
 
 /* Resolved config as pretty JSON (malloc'd string, caller frees). */
 char *config_to_json(const Config *c);
+
+/* One line per key: name, type, default, help and allowed values (for --help). */
+void config_print_help(FILE *f);
 
 #endif

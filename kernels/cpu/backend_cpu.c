@@ -1,1 +1,118 @@
-/* kernels/cpu/backend_cpu.c: placeholder until written */
+/* kernels/cpu/backend_cpu.c: the CPU backend (OpenBLAS + OpenMP), the reference one.
+ * The layer kernels are the float instantiation of layers_impl.h (layers_f32.c); this file
+ * adds memory, the plain elementwise ops, the optimizer and thread setup, and fills the table. */
+#include <math.h>
+#include <omp.h>
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/layers_f32.h"
+
+/* ---- memory: host memory, 64-byte aligned ---- */
+static void *cpu_alloc(size_t bytes) { return mha_cpu_aligned_alloc(bytes); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+static void cpu_zero(void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+static void cpu_sync(void) {}
+
+/* ---- elementwise ---- */
+static void cpu_add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_accumulate(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+static void cpu_scale(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Sum of squares in double over fixed chunks added in order: the same bits for any
+ * number of threads. */
+static double cpu_sum_squares(const float *x, size_t n) {
+    enum { MAX_CHUNKS = 1024 };
+    size_t chunk = 65536;
+    while ((n + chunk - 1) / chunk > MAX_CHUNKS) chunk *= 2;
+    const size_t nch = (n + chunk - 1) / chunk;
+    double part[MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (size_t ch = 0; ch < nch; ch++) {
+        size_t i0 = ch * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        part[ch] = s;
+    }
+    double total = 0;
+    for (size_t ch = 0; ch < nch; ch++) total += part[ch];
+    return total;
+}
+
+/* ---- AdamW as torch.optim.AdamW (t is the 1-based step) ----
+ * Memory-bound (7 streams per element); sqrtf stays scalar under GCC's default -fmath-errno. */
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int t) {
+    const double bc1 = 1.0 - pow((double)beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)beta2, (double)t);
+    const float step = (float)((double)lr / bc1);              /* lr / (1 - beta1^t) */
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));       /* 1 / sqrt(1 - beta2^t) */
+    const float decay = 1.0f - lr * weight_decay;              /* p -= lr * wd * p */
+    const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+#pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN / 4)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + a1 * gi;
+        float vi = beta2 * v[i] + a2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+    }
+}
+
+static const Backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .linear_forward = mha_linear_forward_f32,
+    .linear_backward = mha_linear_backward_f32,
+    .embed_forward = mha_embed_forward_f32,
+    .embed_backward = mha_embed_backward_f32,
+    .layernorm_forward = mha_layernorm_forward_f32,
+    .layernorm_backward = mha_layernorm_backward_f32,
+    .act_forward = mha_act_forward_f32,
+    .act_backward = mha_act_backward_f32,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .dropout_forward = mha_dropout_forward_f32,
+    .dropout_backward = mha_dropout_backward_f32,
+    .attention_forward_math = mha_attention_forward_math_f32,
+    .attention_backward_math = mha_attention_backward_math_f32,
+    .attention_forward_fused = mha_attention_forward_fused_f32,
+    .attention_backward_fused = mha_attention_backward_fused_f32,
+    .pool_forward = mha_pool_forward_f32,
+    .pool_backward = mha_pool_backward_f32,
+    .crossentropy = mha_crossentropy_f32,
+    .adamw = cpu_adamw,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+};
+
+const Backend *mha_cpu_backend(int threads) {
+    int n = threads > 0 ? threads : omp_get_num_procs();
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+    return &cpu_backend;
+}

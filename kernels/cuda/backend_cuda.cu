@@ -1,10 +1,295 @@
-/* kernels/cuda/backend_cuda.cu: placeholder until the CUDA backend is written. */
+/* kernels/cuda/backend_cuda.cu: the CUDA backend's table, memory, scratch and errors.
+ *
+ * mha_cuda_backend() returns NULL with a reason when no device is visible, so a build with
+ * CUDA still runs (and its GPU tests skip) on machines without one. Device failures after
+ * that are fatal with file:line and a hint (see cuda_common.h); only alloc() reports out of
+ * memory by returning NULL, so the model can print what it tried to allocate.
+ */
+#include "kernels/cuda/cuda_common.h"
+#include "kernels/cuda/mha_cuda.h"
+
 #include <cstdio>
-extern "C" {
-#include "kernels/backend.h"
-const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) {
-    (void)tf32;
-    if (why && why_len) snprintf(why, why_len, "CUDA backend not written yet");
-    return NULL;
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+/* ------------------------------------------------------------------ errors */
+
+static const char *cuda_hint(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        return "the GPU is out of memory: lower the tokens per batch (batch size or max_len), "
+               "or use the fused attention, which never holds a (T, T) matrix";
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorInvalidKernelImage:
+        return "this binary has kernels for sm_80 and sm_90 (+ PTX for newer GPUs); rebuild "
+               "for this GPU's architecture (kernels/cuda/meson.build)";
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorInsufficientDriver:
+        return "the NVIDIA driver is older than the CUDA toolkit this was built with: update "
+               "the driver or build with an older toolkit";
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+        return "a kernel accessed memory out of bounds (a bug, or buffers smaller than the shapes "
+               "passed); rerun with MHA_CUDA_SYNC=1 to name the kernel, or under compute-sanitizer";
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorInvalidValue:
+        return "an invalid launch configuration or argument: are the shapes within range?";
+    case cudaErrorNoDevice:
+        return "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)";
+    default:
+        return "rerun with MHA_CUDA_SYNC=1 to report the failing kernel at its launch";
+    }
 }
+
+void mha_cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line) {
+    fprintf(stderr, "mha: CUDA error at %s:%d: %s: %s (%s)\n  hint: %s\n", file, line, what,
+            cudaGetErrorString(e), cudaGetErrorName(e), cuda_hint(e));
+    fflush(stderr);
+    exit(1);
+}
+
+static const char *cublas_hint(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "cuBLAS could not allocate its workspace: the GPU is out of memory";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "cuBLAS is not initialised (driver problem or out of memory at start)";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "a GEMM got invalid dimensions or leading dimensions (a shape bug?)";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "the GPU lacks a feature this call needs";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "the GEMM failed to run; an earlier kernel may have faulted: rerun with "
+               "MHA_CUDA_SYNC=1";
+    default:
+        return "rerun with MHA_CUDA_SYNC=1 to report the failing call at its launch";
+    }
+}
+
+void mha_cu_fail_cublas(cublasStatus_t s, const char *what, const char *file, int line) {
+    fprintf(stderr, "mha: cuBLAS error at %s:%d: %s: %s\n  hint: %s\n", file, line, what,
+            cublasGetStatusString(s), cublas_hint(s));
+    fflush(stderr);
+    exit(1);
+}
+
+void mha_cu_fail_msg(const char *msg, const char *file, int line) {
+    fprintf(stderr, "mha: CUDA backend error at %s:%d: %s\n", file, line, msg);
+    fflush(stderr);
+    exit(1);
+}
+
+static int g_sync_each_launch = 0;   /* MHA_CUDA_SYNC=1 */
+
+void mha_cu_launch_check(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) mha_cu_fail_cuda(e, "kernel launch", file, line);
+    if (g_sync_each_launch) {
+        e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) mha_cu_fail_cuda(e, "kernel execution (MHA_CUDA_SYNC=1)", file, line);
+    }
+}
+
+/* ------------------------------------------------------------------ state */
+
+static cublasHandle_t g_cublas = nullptr;
+
+cublasHandle_t mha_cu_cublas(void) { return g_cublas; }
+
+/* Memory accounting: bytes held through alloc() and scratch, and the peak. */
+static std::mutex g_mem_mutex;
+static std::unordered_map<void *, size_t> g_sizes;
+static size_t g_in_use = 0, g_peak = 0, g_last_request = 0;
+
+static void account_add(void *p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    g_sizes[p] = bytes;
+    g_in_use += bytes;
+    if (g_in_use > g_peak) g_peak = g_in_use;
+}
+
+static void account_remove(void *p) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    auto it = g_sizes.find(p);
+    if (it != g_sizes.end()) {
+        g_in_use -= it->second;
+        g_sizes.erase(it);
+    }
+}
+
+extern "C" size_t mha_cuda_last_alloc_request(void) { return g_last_request; }
+extern "C" size_t mha_cuda_bytes_in_use(void) { return g_in_use; }
+extern "C" size_t mha_cuda_peak_bytes(void) { return g_peak; }
+extern "C" void mha_cuda_reset_peak(void) {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    g_peak = g_in_use;
+}
+
+extern "C" void mha_cuda_describe(char *buf, size_t len) {
+    if (!buf || !len) return;
+    int dev = 0;
+    cudaDeviceProp prop;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(buf, len, "CUDA device unavailable");
+        return;
+    }
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs), %.1f of %.1f GiB free", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, free_b / 1073741824.0, total_b / 1073741824.0);
+}
+
+/* ------------------------------------------------------------------ memory ops */
+
+static void *cu_alloc(size_t bytes) {
+    g_last_request = bytes;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();   /* clear it: out of memory is not a sticky error */
+        return nullptr;
+    }
+    if (e != cudaSuccess) mha_cu_fail_cuda(e, "cudaMalloc", __FILE__, __LINE__);
+    account_add(p, bytes);
+    return p;
+}
+
+static void cu_free(void *p) {
+    if (!p) return;
+    account_remove(p);
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cu_to_device(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cu_to_host(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+static void cu_zero(void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0));
+}
+
+static void cu_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+/* Scratch: grows to the largest request (+1/8 slack); cudaFree synchronises the device, so a
+ * buffer still in use by an earlier kernel is never released under it. */
+static void *g_scratch[MHA_SCRATCH_COUNT];
+static size_t g_scratch_cap[MHA_SCRATCH_COUNT];
+
+void *mha_cu_scratch(int slot, size_t bytes) {
+    if (bytes <= g_scratch_cap[slot] && g_scratch[slot]) return g_scratch[slot];
+    if (g_scratch[slot]) {
+        account_remove(g_scratch[slot]);
+        CUDA_CHECK(cudaFree(g_scratch[slot]));
+        g_scratch[slot] = nullptr;
+        g_scratch_cap[slot] = 0;
+    }
+    size_t want = bytes + bytes / 8 + 256;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        e = cudaMalloc(&p, bytes ? bytes : 1);   /* retry without slack */
+        want = bytes ? bytes : 1;
+    }
+    if (e != cudaSuccess) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cannot allocate %.1f MiB of scratch memory (%s); the GPU is out "
+                 "of memory: lower the tokens per batch", bytes / 1048576.0, cudaGetErrorString(e));
+        mha_cu_fail_msg(msg, __FILE__, __LINE__);
+    }
+    account_add(p, want);
+    g_scratch[slot] = p;
+    g_scratch_cap[slot] = want;
+    return p;
+}
+
+/* ------------------------------------------------------------------ the table */
+
+static Backend g_table;
+static int g_ready = 0;
+
+static void fill_table(Backend *t) {
+    memset(t, 0, sizeof *t);
+    t->name = "cuda";
+    t->alloc = cu_alloc;
+    t->free = cu_free;
+    t->to_device = cu_to_device;
+    t->to_host = cu_to_host;
+    t->copy = cu_copy;
+    t->zero = cu_zero;
+    t->sync = cu_sync;
+    t->linear_forward = mha_cu_linear_forward;
+    t->linear_backward = mha_cu_linear_backward;
+    t->embed_forward = mha_cu_embed_forward;
+    t->embed_backward = mha_cu_embed_backward;
+    t->layernorm_forward = mha_cu_layernorm_forward;
+    t->layernorm_backward = mha_cu_layernorm_backward;
+    t->act_forward = mha_cu_act_forward;
+    t->act_backward = mha_cu_act_backward;
+    t->add = mha_cu_add;
+    t->accumulate = mha_cu_accumulate;
+    t->dropout_forward = mha_cu_dropout_forward;
+    t->dropout_backward = mha_cu_dropout_backward;
+    t->attention_forward_math = mha_cu_attention_forward_math;
+    t->attention_backward_math = mha_cu_attention_backward_math;
+    t->attention_forward_fused = mha_cu_attention_forward_fused;
+    t->attention_backward_fused = mha_cu_attention_backward_fused;
+    t->pool_forward = mha_cu_pool_forward;
+    t->pool_backward = mha_cu_pool_backward;
+    t->crossentropy = mha_cu_crossentropy;
+    t->adamw = mha_cu_adamw;
+    t->sum_squares = mha_cu_sum_squares;
+    t->scale = mha_cu_scale;
+}
+
+extern "C" const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) {
+    static std::mutex init_mutex;
+    std::lock_guard<std::mutex> lock(init_mutex);
+    if (!g_ready) {
+        int count = 0;
+        cudaError_t e = cudaGetDeviceCount(&count);
+        if (e != cudaSuccess || count == 0) {
+            if (e != cudaSuccess) cudaGetLastError();
+            if (why && why_len)
+                snprintf(why, why_len, "no CUDA device visible (cudaGetDeviceCount: %s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+            return nullptr;
+        }
+        e = cudaFree(nullptr);   /* creates the context now, so failures show here */
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            if (why && why_len)
+                snprintf(why, why_len, "CUDA device present but unusable (%s: %s)",
+                         cudaGetErrorName(e), cudaGetErrorString(e));
+            return nullptr;
+        }
+        cublasStatus_t s = cublasCreate(&g_cublas);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            if (why && why_len)
+                snprintf(why, why_len, "cuBLAS could not start (%s)", cublasGetStatusString(s));
+            g_cublas = nullptr;
+            return nullptr;
+        }
+        const char *sync = getenv("MHA_CUDA_SYNC");
+        g_sync_each_launch = sync && *sync && strcmp(sync, "0") != 0;
+        fill_table(&g_table);
+        g_ready = 1;
+    }
+    /* TF32 tensor cores for the GEMMs only when asked: fp32 (bit-for-bit closer to the CPU
+     * reference) is the default. */
+    CUBLAS_CHECK(cublasSetMathMode(g_cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    if (why && why_len) why[0] = '\0';
+    return &g_table;
 }

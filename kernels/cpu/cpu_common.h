@@ -1,0 +1,106 @@
+/* kernels/cpu/cpu_common.h: small helpers shared by the CPU kernels (float and double
+ * instantiations of layers_impl.h and backend_cpu.c): aligned allocation, BLAS thread
+ * control around OpenMP regions, a vectorisable expf, and length clamping. */
+#ifndef MHA_KERNELS_CPU_COMMON_H
+#define MHA_KERNELS_CPU_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+/* In the pthread OpenBLAS these exist; declared again in case a cblas.h lacks them. */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+
+/* Elementwise loops below this many elements run on one thread (fork/join costs more). */
+#define MHA_OMP_MIN ((size_t)16384)
+
+/* 64-byte aligned allocation; the size is rounded up as aligned_alloc requires. */
+static inline void *mha_cpu_aligned_alloc(size_t bytes) {
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz == 0) sz = 64;
+    return aligned_alloc(64, sz);
+}
+
+/* Forces single-threaded BLAS for sgemm calls made inside an OpenMP parallel loop
+ * (each OpenMP thread then runs its own small gemm, no oversubscription). Returns the
+ * previous BLAS thread count, to be given to mha_blas_parallel_leave. */
+static inline int mha_blas_parallel_enter(void) {
+    int n = openblas_get_num_threads();
+    if (n != 1) openblas_set_num_threads(1);
+    return n;
+}
+static inline void mha_blas_parallel_leave(int n) {
+    if (n != 1) openblas_set_num_threads(n);
+}
+
+/* The real length of example b: lengths[b] clamped to [0, T]. */
+static inline int mha_clamp_len(int32_t len, int T) {
+    return len < 0 ? 0 : (len > T ? T : (int)len);
+}
+
+/* Dropout threshold: mha_rng_uniform(seed, c) = k / 2^24 with k = mha_rng_u64(seed, c) >> 40,
+ * so uniform >= p exactly when k >= ceil(p 2^24) (p 2^24 is exact in double). Comparing
+ * integers keeps the mask bit-identical to rng.h while letting the loops vectorise. */
+static inline uint64_t mha_drop_threshold(double p) {
+    if (p <= 0) return 0;
+    if (p >= 1) return (uint64_t)1 << 24;
+    double t = p * 16777216.0;
+    uint64_t k = (uint64_t)t;
+    return (double)k < t ? k + 1 : k;
+}
+
+/* exp(x) in float, branch-free so loops over it vectorise: x = n ln2 + r with |r| <= ln2/2,
+ * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^n built
+ * in the exponent bits. Inputs below -87.3 give 0, above 88 are clamped (exp(88) ~ 1.65e38). */
+static inline float mha_expf(float x) {
+    const float hi = 88.0f, lo = -87.3f;
+    float xc = x > hi ? hi : x;
+    xc = xc < lo ? lo : xc;
+    const float shifter = 12582912.0f;              /* 1.5 * 2^23: adds round to integer */
+    float t = xc * 1.44269504088896341f + shifter;
+    float n = t - shifter;                          /* nearest integer to x / ln2 */
+    float r = xc - n * 0.693359375f;                /* Cody-Waite: ln2 = hi + lo */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t bits = (ni + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    return x < lo ? 0.0f : y;
+}
+
+/* erf(x) in float with one branch-free formula, so GELU loops vectorise:
+ *   erf(|x|) = 1 - t e^{-x^2} P(2t - 1),  t = 1 / (1 + |x|),
+ * P of degree 8 fitted for this file by least squares weighted for absolute error in erf
+ * over |x| in [0, 10] (exp(-x^2) is 0 in float beyond). Absolute error < 2.5e-7 (about
+ * 2 ulp of 1; the relative error near 0 is larger, which GELU's 1 + erf does not see).
+ * Measured against libm in tests/kernels/test_cpu_ops.c. */
+static inline float mha_erff(float x) {
+    float z = x < 0 ? -x : x;
+    float t = 1.0f / (1.0f + z);
+    float s = 2.0f * t - 1.0f;
+    float p = -4.521259689e-04f;
+    p = p * s + 1.559238648e-03f;
+    p = p * s - 1.399858593e-04f;
+    p = p * s - 9.679846466e-03f;
+    p = p * s + 2.529683150e-02f;
+    p = p * s - 1.387442369e-02f;
+    p = p * s - 9.555713832e-02f;
+    p = p * s + 2.376802713e-01f;
+    p = p * s + 8.551671505e-01f;
+    float r = 1.0f - t * mha_expf(-z * z) * p;
+    return x < 0 ? -r : r;
+}
+
+#endif

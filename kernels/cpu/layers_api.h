@@ -1,0 +1,44 @@
+/* kernels/cpu/layers_api.h: prototypes of the per-layer CPU kernels for one scalar type.
+ * A template: the includer defines REAL (float or double) and FN(name) (the suffixed
+ * function name), e.g. layers_f32.h and layers_f64.h. Semantics are those of the same
+ * entries in kernels/backend.h, with REAL in place of float. */
+
+void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                        int N, int IC, int OC);
+void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
+                         const REAL *inp, const REAL *w, int N, int IC, int OC);
+void FN(embed_forward)(REAL *out, const int32_t *ids, const REAL *tok, const REAL *pos,
+                       int B, int T, int C);
+void FN(embed_backward)(REAL *dtok, REAL *dpos, const REAL *dout, const int32_t *ids,
+                        int B, int T, int C);
+void FN(layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
+                           const REAL *w, const REAL *b, int N, int C);
+void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
+                            const REAL *inp, const REAL *w, const REAL *mean,
+                            const REAL *rstd, int N, int C);
+void FN(act_forward)(REAL *out, const REAL *inp, size_t n, int act);
+void FN(act_backward)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n, int act);
+void FN(dropout_forward)(REAL *out, const REAL *inp, size_t n, REAL p,
+                         uint64_t seed, uint64_t offset);
+void FN(dropout_backward)(REAL *dinp, const REAL *dout, size_t n, REAL p,
+                          uint64_t seed, uint64_t offset);
+void FN(attention_forward_math)(REAL *out, REAL *att, const REAL *qkv, const int32_t *lengths,
+                                int B, int T, int C, int NH, int causal,
+                                REAL p_drop, uint64_t seed);
+void FN(attention_backward_math)(REAL *dqkv, REAL *datt, const REAL *dout, const REAL *qkv,
+                                 const REAL *att, const int32_t *lengths,
+                                 int B, int T, int C, int NH, int causal,
+                                 REAL p_drop, uint64_t seed);
+void FN(attention_forward_fused)(REAL *out, REAL *lse, const REAL *qkv, const int32_t *lengths,
+                                 int B, int T, int C, int NH, int causal,
+                                 REAL p_drop, uint64_t seed);
+void FN(attention_backward_fused)(REAL *dqkv, const REAL *dout, const REAL *out,
+                                  const REAL *qkv, const REAL *lse, const int32_t *lengths,
+                                  int B, int T, int C, int NH, int causal,
+                                  REAL p_drop, uint64_t seed);
+void FN(pool_forward)(REAL *out, int32_t *argmax, const REAL *inp, const int32_t *lengths,
+                      int B, int T, int C, int mode);
+void FN(pool_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                       const int32_t *lengths, int B, int T, int C, int mode);
+void FN(crossentropy)(REAL *losses, REAL *probs, REAL *dlogits, const REAL *logits,
+                      const int32_t *labels, int B, int K, REAL smoothing, REAL dscale);

@@ -1,0 +1,29 @@
+/* kernels/cpu/layers_f32.c: instantiates layers_impl.h for float (the CPU backend):
+ * cblas_sgemm, and vectorisable polynomial exp and erf (cpu_common.h) in the softmax and
+ * GELU loops. */
+/* GCC does not if-convert float selects (the clamps in mha_expf/mha_erff) under its default
+ * -ftrapping-math, which keeps those loops scalar. Nothing here reads FP exception flags,
+ * so trapping math is off for this file (clang's default already). It must precede every
+ * function so the inline helpers get the same options and still inline; it reaches named
+ * functions (the *_range / *_row helpers), not OpenMP-outlined loop bodies. Values are
+ * unchanged (no reassociation, no contraction). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include <math.h>
+#include "kernels/cpu/layers_f32.h"
+#include "kernels/cpu/cpu_common.h"
+
+#define REAL float
+#define FN(name) mha_##name##_f32
+#define GEMM cblas_sgemm
+#define R_EXP(x) mha_expf(x)
+#define R_LOG(x) logf(x)
+#define R_SQRT(x) sqrtf(x)
+#define R_ERF(x) mha_erff(x)
+/* Compute-bound helpers also get an AVX2/FMA clone, picked at load time (GCC on x86-64
+ * Linux); the build itself targets baseline x86-64. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define MHA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+#include "kernels/cpu/layers_impl.h"

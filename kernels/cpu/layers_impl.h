@@ -1,0 +1,706 @@
+/* kernels/cpu/layers_impl.h: the per-layer CPU kernels, written once for any scalar type.
+ *
+ * A template: the includer defines
+ *   REAL              float or double
+ *   FN(name)          the exported (suffixed) name of op `name`
+ *   GEMM              cblas_sgemm or cblas_dgemm
+ *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
+ *   MHA_CLONES        (optional) a function attribute for the compute-bound row/range
+ *                     helpers, e.g. target_clones for a wider instruction set
+ * and includes cpu_common.h and <math.h> first. layers_f32.c builds the backend's
+ * kernels from it, layers_f64.c the double reference the tests differentiate.
+ * Semantics: kernels/backend.h. Every matrix product is a GEMM; everything else is an
+ * OpenMP loop with a contiguous inner loop. Backward ops accumulate (+=). Attention runs
+ * one (b, h) per OpenMP task with BLAS forced single-threaded for the duration.
+ * Not re-entrant: the attention scratch is one cached buffer per instantiation, so ops are
+ * called from one host thread at a time (as the model does).
+ */
+#include <omp.h>
+#include <stdio.h>
+#include "kernels/backend.h"
+#include "kernels/rng.h"
+
+#ifndef MHA_CLONES
+#define MHA_CLONES
+#endif
+#define MHA_ATT_BQ 64      /* query rows per block in the fused attention */
+#define MHA_CHUNK 16       /* channels per task in column reductions (one cache line of floats) */
+#define MHA_BLOCK 8192     /* elements per task in elementwise loops */
+
+/* ---- cached scratch (grows, never shrinks; only ever requested outside parallel regions) ---- */
+static REAL *FN(scratch_buf) = NULL;
+static size_t FN(scratch_cap) = 0;
+
+static REAL *FN(scratch)(size_t n) {
+    if (n > FN(scratch_cap)) {
+        free(FN(scratch_buf));
+        FN(scratch_buf) = mha_cpu_aligned_alloc(n * sizeof(REAL));
+        if (!FN(scratch_buf)) {
+            fprintf(stderr, "mha cpu kernels: out of memory for %zu bytes of scratch\n",
+                    n * sizeof(REAL));
+            abort();
+        }
+        FN(scratch_cap) = n;
+    }
+    return FN(scratch_buf);
+}
+
+/* per-thread scratch stride: n elements rounded up to a 64-byte multiple */
+static inline size_t FN(stride64)(size_t n) {
+    size_t per = 64 / sizeof(REAL);
+    return (n + per - 1) / per * per;
+}
+
+/* dst (C) += column sums of src (N, C); double accumulation, parallel over channel chunks,
+ * so the result does not depend on the number of threads. */
+static void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
+    int nchunk = (C + MHA_CHUNK - 1) / MHA_CHUNK;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * MHA_CHUNK, w = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
+        double acc[MHA_CHUNK] = {0};
+        for (int n = 0; n < N; n++) {
+            const REAL *row = src + (size_t)n * C + c0;
+            for (int c = 0; c < w; c++) acc[c] += row[c];
+        }
+        for (int c = 0; c < w; c++) dst[c0 + c] += (REAL)acc[c];
+    }
+}
+
+/* ================================ linear ================================ */
+
+void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                        int N, int IC, int OC) {
+    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+    if (N <= 0 || OC <= 0) return;
+    REAL beta = 0;
+    if (bias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= MHA_OMP_MIN)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(REAL));
+        beta = 1;
+    }
+    if (IC <= 0) {
+        if (!bias) memset(out, 0, (size_t)N * OC * sizeof(REAL));
+        return;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC);
+}
+
+void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
+                         const REAL *inp, const REAL *w, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0 || IC <= 0) return;
+    /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
+    if (dinp)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dinp, IC);
+    /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
+    if (dw)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, inp, IC, 1, dw, IC);
+    /* dbias (OC) += column sums of dout */
+    if (dbias) FN(colsum_acc)(dbias, dout, N, OC);
+}
+
+/* =============================== embedding =============================== */
+
+void FN(embed_forward)(REAL *out, const int32_t *ids, const REAL *tok, const REAL *pos,
+                       int B, int T, int C) {
+    /* out (B, T, C) = tok (V, C)[ids (B, T)] + pos (maxT, C)[t] */
+    int BT = B * T;
+#pragma omp parallel for schedule(static) if ((size_t)BT * C >= MHA_OMP_MIN)
+    for (int bt = 0; bt < BT; bt++) {
+        REAL *o = out + (size_t)bt * C;
+        const REAL *tr = tok + (size_t)ids[bt] * C;
+        if (pos) {
+            const REAL *pr = pos + (size_t)(bt % T) * C;
+            for (int c = 0; c < C; c++) o[c] = tr[c] + pr[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = tr[c];
+        }
+    }
+}
+
+void FN(embed_backward)(REAL *dtok, REAL *dpos, const REAL *dout, const int32_t *ids,
+                        int B, int T, int C) {
+    /* dtok (V, C) += scatter of dout (B, T, C) by ids: each task owns a chunk of channels and
+     * walks all positions in order, so every sum has a fixed order whatever the threads. */
+    int BT = B * T;
+    int nchunk = (C + MHA_CHUNK - 1) / MHA_CHUNK;
+#pragma omp parallel for schedule(static) if ((size_t)BT * C >= MHA_OMP_MIN)
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * MHA_CHUNK, w = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
+        for (int bt = 0; bt < BT; bt++) {
+            REAL *d = dtok + (size_t)ids[bt] * C + c0;
+            const REAL *g = dout + (size_t)bt * C + c0;
+            for (int c = 0; c < w; c++) d[c] += g[c];
+        }
+    }
+    /* dpos (maxT, C) rows t < T += sum over b of dout[b, t] */
+    if (dpos) {
+#pragma omp parallel for schedule(static) if ((size_t)BT * C >= MHA_OMP_MIN)
+        for (int t = 0; t < T; t++) {
+            REAL *d = dpos + (size_t)t * C;
+            for (int b = 0; b < B; b++) {
+                const REAL *g = dout + ((size_t)b * T + t) * C;
+                for (int c = 0; c < C; c++) d[c] += g[c];
+            }
+        }
+    }
+}
+
+/* =============================== layernorm =============================== */
+
+void FN(layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
+                           const REAL *w, const REAL *b, int N, int C) {
+    /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
+    const REAL eps = (REAL)MHA_LN_EPS;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        const REAL *x = inp + (size_t)n * C;
+        REAL *o = out + (size_t)n * C;
+        REAL s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        REAL m = s / (REAL)C;
+        REAL v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) {
+            REAL d = x[c] - m;
+            v += d * d;
+        }
+        v /= (REAL)C;
+        REAL rs = 1 / R_SQRT(v + eps);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * w[c] + b[c];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = rs;
+    }
+}
+
+void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
+                            const REAL *inp, const REAL *w, const REAL *mean,
+                            const REAL *rstd, int N, int C) {
+    /* dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w */
+    if (dinp) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
+        for (int n = 0; n < N; n++) {
+            const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+            REAL *d = dinp + (size_t)n * C;
+            REAL m = mean[n], rs = rstd[n];
+            REAL sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int c = 0; c < C; c++) {
+                REAL gw = g[c] * w[c];
+                sg += gw;
+                sgx += gw * (x[c] - m) * rs;
+            }
+            sg /= (REAL)C;
+            sgx /= (REAL)C;
+            for (int c = 0; c < C; c++) {
+                REAL xh = (x[c] - m) * rs;
+                d[c] += (g[c] * w[c] - sg - xh * sgx) * rs;
+            }
+        }
+    }
+    /* dw (C) += sum_n dout * xhat, db (C) += sum_n dout: channel chunks, double sums */
+    if (dw || db) {
+        int nchunk = (C + MHA_CHUNK - 1) / MHA_CHUNK;
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
+        for (int ch = 0; ch < nchunk; ch++) {
+            int c0 = ch * MHA_CHUNK, wd = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
+            double aw[MHA_CHUNK] = {0}, ab[MHA_CHUNK] = {0};
+            for (int n = 0; n < N; n++) {
+                const REAL *x = inp + (size_t)n * C + c0, *g = dout + (size_t)n * C + c0;
+                REAL m = mean[n], rs = rstd[n];
+                for (int c = 0; c < wd; c++) {
+                    aw[c] += g[c] * ((x[c] - m) * rs);
+                    ab[c] += g[c];
+                }
+            }
+            for (int c = 0; c < wd; c++) {
+                if (dw) dw[c0 + c] += (REAL)aw[c];
+                if (db) db[c0 + c] += (REAL)ab[c];
+            }
+        }
+    }
+}
+
+/* ============================== elementwise ==============================
+ * Compute-bound loops run as ranges [i0, i1) of MHA_BLOCK elements, one call per task, so
+ * the helpers can carry MHA_CLONES. Dropout keeps element i when the top 24 bits k of
+ * mha_rng_u64(seed, offset + i) satisfy k >= ceil(p 2^24), which is exactly
+ * mha_rng_uniform(seed, offset + i) >= p (see mha_drop_threshold), in integers so it vectorises. */
+
+static MHA_CLONES void FN(gelu_fwd_range)(REAL *out, const REAL *inp, size_t i0, size_t i1) {
+    const REAL s = (REAL)0.70710678118654752440;   /* 1/sqrt(2) */
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        REAL x = inp[i];
+        out[i] = (REAL)0.5 * x * (1 + R_ERF(x * s));
+    }
+}
+
+static MHA_CLONES void FN(gelu_bwd_range)(REAL *dinp, const REAL *dout, const REAL *inp,
+                                          size_t i0, size_t i1) {
+    const REAL s = (REAL)0.70710678118654752440;   /* 1/sqrt(2) */
+    const REAL k = (REAL)0.39894228040143267794;   /* 1/sqrt(2 pi) */
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        REAL x = inp[i];
+        REAL cdf = (REAL)0.5 * (1 + R_ERF(x * s));
+        REAL pdf = k * R_EXP((REAL)-0.5 * x * x);
+        dinp[i] += dout[i] * (cdf + x * pdf);
+    }
+}
+
+/* dst[i] (+)= keep(i) ? src[i] * scale : 0 over [i0, i1); accumulate selects += */
+static MHA_CLONES void FN(dropout_range)(REAL *dst, const REAL *src, size_t i0, size_t i1,
+                                         uint64_t thr, REAL scale, uint64_t seed,
+                                         uint64_t offset, int accumulate) {
+    if (accumulate) {
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++)
+            dst[i] += (mha_rng_u64(seed, offset + i) >> 40) >= thr ? src[i] * scale : 0;
+    } else {
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++)
+            dst[i] = (mha_rng_u64(seed, offset + i) >> 40) >= thr ? src[i] * scale : 0;
+    }
+}
+
+void FN(act_forward)(REAL *out, const REAL *inp, size_t n, int act) {
+    if (act == MHA_ACT_GELU) {
+        const size_t nb = (n + MHA_BLOCK - 1) / MHA_BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t bi = 0; bi < nb; bi++) {
+            size_t i0 = bi * MHA_BLOCK, i1 = i0 + MHA_BLOCK < n ? i0 + MHA_BLOCK : n;
+            FN(gelu_fwd_range)(out, inp, i0, i1);
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= MHA_OMP_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0 ? inp[i] : 0;
+    }
+}
+
+void FN(act_backward)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n, int act) {
+    if (act == MHA_ACT_GELU) {
+        const size_t nb = (n + MHA_BLOCK - 1) / MHA_BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t bi = 0; bi < nb; bi++) {
+            size_t i0 = bi * MHA_BLOCK, i1 = i0 + MHA_BLOCK < n ? i0 + MHA_BLOCK : n;
+            FN(gelu_bwd_range)(dinp, dout, inp, i0, i1);
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= MHA_OMP_MIN)
+        for (size_t i = 0; i < n; i++) {
+            REAL g = dout[i];
+            dinp[i] += inp[i] > 0 ? g : 0;
+        }
+    }
+}
+
+static void FN(dropout_apply)(REAL *dst, const REAL *src, size_t n, REAL p, uint64_t seed,
+                              uint64_t offset, int accumulate) {
+    const uint64_t thr = mha_drop_threshold((double)p);
+    const REAL scale = p < 1 ? 1 / (1 - p) : 0;
+    const size_t nb = (n + MHA_BLOCK - 1) / MHA_BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t bi = 0; bi < nb; bi++) {
+        size_t i0 = bi * MHA_BLOCK, i1 = i0 + MHA_BLOCK < n ? i0 + MHA_BLOCK : n;
+        FN(dropout_range)(dst, src, i0, i1, thr, scale, seed, offset, accumulate);
+    }
+}
+
+void FN(dropout_forward)(REAL *out, const REAL *inp, size_t n, REAL p,
+                         uint64_t seed, uint64_t offset) {
+    /* out = inp * keep / (1 - p), keep when uniform(seed, offset + i) >= p */
+    if (p <= 0) {
+        if (out != inp) memcpy(out, inp, n * sizeof(REAL));
+        return;
+    }
+    FN(dropout_apply)(out, inp, n, p, seed, offset, 0);
+}
+
+void FN(dropout_backward)(REAL *dinp, const REAL *dout, size_t n, REAL p,
+                          uint64_t seed, uint64_t offset) {
+    if (p <= 0) {
+#pragma omp parallel for simd schedule(static) if (n >= MHA_OMP_MIN)
+        for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+        return;
+    }
+    FN(dropout_apply)(dinp, dout, n, p, seed, offset, 1);
+}
+
+/* =============================== attention ===============================
+ * Per (b, h): q, k, v are (T, HS) views of qkv with row stride 3C; y a (T, HS) view of
+ * out with row stride C. L = lengths[b] (clamped); rows/keys >= L are padding. */
+
+/* Row helpers (MHA_CLONES), one call per score row. Attention dropout of row i keeps key j
+ * when (mha_rng_u64(seed, base + j) >> 40) >= thr, base = ((b NH + h) T + i) T. */
+
+/* row (nz): scores in [0, n) -> softmax probabilities (times `mult`, and dropped when
+ * thr > 0), zeros in [n, nz). Returns the log-sum-exp of the scores. */
+static MHA_CLONES REAL FN(softmax_row)(REAL *row, int n, int nz, REAL mult, uint64_t thr,
+                                       uint64_t seed, uint64_t base) {
+    REAL mx = row[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    REAL sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        REAL e = R_EXP(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    const REAL inv = mult / sum;
+    if (thr) {
+#pragma omp simd
+        for (int j = 0; j < n; j++)
+            row[j] = (mha_rng_u64(seed, base + j) >> 40) >= thr ? row[j] * inv : 0;
+    } else {
+#pragma omp simd
+        for (int j = 0; j < n; j++) row[j] *= inv;
+    }
+    for (int j = n; j < nz; j++) row[j] = 0;
+    return mx + R_LOG(sum);
+}
+
+/* dst (n) = dropout of src (n), kept values times scale; dst == src allowed */
+static MHA_CLONES void FN(dropout_row)(REAL *dst, const REAL *src, int n, uint64_t thr,
+                                       REAL scale, uint64_t seed, uint64_t base) {
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        dst[j] = (mha_rng_u64(seed, base + j) >> 40) >= thr ? src[j] * scale : 0;
+}
+
+/* dr (n): dP in, dS = P (dP - sum_j dP P) * scale out; zeros in [n, nz) */
+static MHA_CLONES void FN(softmax_bwd_row)(REAL *dr, const REAL *pr, int n, int nz, REAL scale) {
+    REAL D = 0;
+#pragma omp simd reduction(+ : D)
+    for (int j = 0; j < n; j++) D += dr[j] * pr[j];
+#pragma omp simd
+    for (int j = 0; j < n; j++) dr[j] = pr[j] * (dr[j] - D) * scale;
+    for (int j = n; j < nz; j++) dr[j] = 0;
+}
+
+/* Fused backward, one query row: sr (n) scaled scores in, P' = dropout(exp(s - lse)) out;
+ * dr (n) dP' in, dS = P (dP - D) * scale out, dP = dropout backward of dP'. */
+static MHA_CLONES void FN(fused_bwd_row)(REAL *sr, REAL *dr, int n, int nz, REAL lse, REAL D,
+                                         REAL scale, uint64_t thr, REAL dscale, uint64_t seed,
+                                         uint64_t base) {
+    if (thr) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            REAL p = R_EXP(sr[j] - lse);
+            int keep = (mha_rng_u64(seed, base + j) >> 40) >= thr;
+            REAL m = keep ? dscale : 0;
+            sr[j] = p * m;
+            dr[j] = p * (dr[j] * m - D) * scale;
+        }
+    } else {
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            REAL p = R_EXP(sr[j] - lse);
+            sr[j] = p;
+            dr[j] = p * (dr[j] - D) * scale;
+        }
+    }
+    for (int j = n; j < nz; j++) sr[j] = dr[j] = 0;
+}
+
+void FN(attention_forward_math)(REAL *out, REAL *att, const REAL *qkv, const int32_t *lengths,
+                                int B, int T, int C, int NH, int causal,
+                                REAL p_drop, uint64_t seed) {
+    /* att (B, NH, T, T) = softmax(q k^T / sqrt(HS)) masked; out (B, T, C) = dropout(att) v */
+    const int HS = C / NH, C3 = 3 * C;
+    const REAL scale = 1 / R_SQRT((REAL)HS);
+    const uint64_t thr = p_drop > 0 ? mha_drop_threshold((double)p_drop) : 0;
+    const REAL dscale = p_drop < 1 ? 1 / (1 - p_drop) : 0;
+    const int nthr = omp_get_max_threads();
+    const size_t per = thr ? FN(stride64)((size_t)T * T) : 0;
+    REAL *scr = thr ? FN(scratch)(per * (size_t)nthr) : NULL;
+    const int blas = mha_blas_parallel_enter();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH, L = mha_clamp_len(lengths[b], T);
+        REAL *A = att + (size_t)bh * T * T;                   /* (T, T) */
+        const REAL *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const REAL *k = q + C, *v = q + 2 * C;
+        REAL *y = out + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
+        if (L > 0)   /* A[:L, :L] = scale * q k^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, scale, q, C3, k, C3, 0, A, T);
+        for (int i = 0; i < L; i++)
+            FN(softmax_row)(A + (size_t)i * T, causal ? i + 1 : L, T, 1, 0, 0, 0);
+        if (L < T) memset(A + (size_t)L * T, 0, (size_t)(T - L) * T * sizeof(REAL));
+        for (int i = L; i < T; i++) memset(y + (size_t)i * C, 0, (size_t)HS * sizeof(REAL));
+        if (L == 0) continue;
+        const REAL *P = A;
+        int ldp = T;
+        if (thr) {   /* P' (L, L) = dropout(A[:L, :L]) in this thread's scratch */
+            REAL *Pd = scr + per * (size_t)omp_get_thread_num();
+            for (int i = 0; i < L; i++)
+                FN(dropout_row)(Pd + (size_t)i * L, A + (size_t)i * T, L, thr, dscale, seed,
+                                ((uint64_t)bh * T + i) * T);
+            P = Pd;
+            ldp = L;
+        }
+        /* y[:L] (L, HS) = P' (L, L) @ v[:L] (L, HS) */
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, P, ldp, v, C3, 0, y, C);
+    }
+    mha_blas_parallel_leave(blas);
+}
+
+void FN(attention_backward_math)(REAL *dqkv, REAL *datt, const REAL *dout, const REAL *qkv,
+                                 const REAL *att, const int32_t *lengths,
+                                 int B, int T, int C, int NH, int causal,
+                                 REAL p_drop, uint64_t seed) {
+    const int HS = C / NH, C3 = 3 * C;
+    const REAL scale = 1 / R_SQRT((REAL)HS);
+    const uint64_t thr = p_drop > 0 ? mha_drop_threshold((double)p_drop) : 0;
+    const REAL dscale = p_drop < 1 ? 1 / (1 - p_drop) : 0;
+    const int nthr = omp_get_max_threads();
+    const size_t per = thr ? FN(stride64)((size_t)T * T) : 0;
+    REAL *scr = thr ? FN(scratch)(per * (size_t)nthr) : NULL;
+    const int blas = mha_blas_parallel_enter();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH, L = mha_clamp_len(lengths[b], T);
+        if (L == 0) continue;
+        const REAL *A = att + (size_t)bh * T * T;             /* P (T, T) */
+        REAL *dA = datt + (size_t)bh * T * T;                 /* dP', then dS (T, T) */
+        const REAL *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const REAL *k = q + C, *v = q + 2 * C;
+        REAL *dq = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+        REAL *dk = dq + C, *dv = dq + 2 * C;
+        const REAL *dy = dout + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
+        /* dP' (L, L) = dy (L, HS) @ v^T */
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, 1, dy, C, v, C3, 0, dA, T);
+        /* dv (L, HS) += P'^T (L, L) @ dy (L, HS) */
+        const REAL *P = A;
+        int ldp = T;
+        if (thr) {
+            REAL *Pd = scr + per * (size_t)omp_get_thread_num();
+            for (int i = 0; i < L; i++)
+                FN(dropout_row)(Pd + (size_t)i * L, A + (size_t)i * T, L, thr, dscale, seed,
+                                ((uint64_t)bh * T + i) * T);
+            P = Pd;
+            ldp = L;
+        }
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, P, ldp, dy, C, 1, dv, C3);
+        /* dP = dropout backward of dP';  dS = P * (dP - rowsum(dP * P)) * scale */
+        for (int i = 0; i < L; i++) {
+            REAL *dr = dA + (size_t)i * T;
+            int n = causal ? i + 1 : L;
+            if (thr) FN(dropout_row)(dr, dr, n, thr, dscale, seed, ((uint64_t)bh * T + i) * T);
+            FN(softmax_bwd_row)(dr, A + (size_t)i * T, n, L, scale);
+        }
+        /* dq (L, HS) += dS (L, L) @ k;  dk (L, HS) += dS^T @ q */
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, dA, T, k, C3, 1, dq, C3);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, dA, T, q, C3, 1, dk, C3);
+    }
+    mha_blas_parallel_leave(blas);
+}
+
+void FN(attention_forward_fused)(REAL *out, REAL *lse, const REAL *qkv, const int32_t *lengths,
+                                 int B, int T, int C, int NH, int causal,
+                                 REAL p_drop, uint64_t seed) {
+    /* out (B, T, C) as the math path; lse (B, NH, T) = log sum_j exp(score_ij), 0 on padded
+     * rows. Query blocks of MHA_ATT_BQ rows against keys [0, kend): scratch (BQ, L) per thread. */
+    const int HS = C / NH, C3 = 3 * C;
+    const REAL scale = 1 / R_SQRT((REAL)HS);
+    const uint64_t thr = p_drop > 0 ? mha_drop_threshold((double)p_drop) : 0;
+    const REAL dscale = p_drop < 1 ? 1 / (1 - p_drop) : 0;
+    const int nthr = omp_get_max_threads();
+    const size_t per = FN(stride64)((size_t)MHA_ATT_BQ * T);
+    REAL *scr = FN(scratch)(per * (size_t)nthr);
+    const int blas = mha_blas_parallel_enter();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH, L = mha_clamp_len(lengths[b], T);
+        const REAL *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const REAL *k = q + C, *v = q + 2 * C;
+        REAL *y = out + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
+        REAL *ls = lse + (size_t)bh * T;                      /* (T) */
+        REAL *S = scr + per * (size_t)omp_get_thread_num();   /* (bq, kend) */
+        for (int i = L; i < T; i++) {
+            memset(y + (size_t)i * C, 0, (size_t)HS * sizeof(REAL));
+            ls[i] = 0;
+        }
+        for (int i0 = 0; i0 < L; i0 += MHA_ATT_BQ) {
+            const int bq = L - i0 < MHA_ATT_BQ ? L - i0 : MHA_ATT_BQ;
+            const int kend = causal ? i0 + bq : L;
+            /* S (bq, kend) = scale * q[i0:i0+bq] @ k[:kend]^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale,
+                 q + (size_t)i0 * C3, C3, k, C3, 0, S, kend);
+            /* S -> P' = dropout(softmax(S)) row by row */
+            for (int r = 0; r < bq; r++) {
+                const int i = i0 + r;
+                ls[i] = FN(softmax_row)(S + (size_t)r * kend, causal ? i + 1 : kend, kend,
+                                        thr ? dscale : 1, thr, seed, ((uint64_t)bh * T + i) * T);
+            }
+            /* y[i0:i0+bq] (bq, HS) = P' (bq, kend) @ v[:kend] (kend, HS) */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, S, kend, v, C3, 0,
+                 y + (size_t)i0 * C, C);
+        }
+    }
+    mha_blas_parallel_leave(blas);
+}
+
+void FN(attention_backward_fused)(REAL *dqkv, const REAL *dout, const REAL *out,
+                                  const REAL *qkv, const REAL *lse, const int32_t *lengths,
+                                  int B, int T, int C, int NH, int causal,
+                                  REAL p_drop, uint64_t seed) {
+    /* Recomputes P = exp(scale q k^T - lse) per query block; D_i = dy_i . y_i;
+     * dS = P * (dP - D) * scale. Scratch: two (BQ, L) tiles per thread. */
+    const int HS = C / NH, C3 = 3 * C;
+    const REAL scale = 1 / R_SQRT((REAL)HS);
+    const uint64_t thr = p_drop > 0 ? mha_drop_threshold((double)p_drop) : 0;
+    const REAL dscale = p_drop < 1 ? 1 / (1 - p_drop) : 0;
+    const int nthr = omp_get_max_threads();
+    const size_t per = FN(stride64)((size_t)MHA_ATT_BQ * T);
+    REAL *scr = FN(scratch)(2 * per * (size_t)nthr);
+    const int blas = mha_blas_parallel_enter();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH, L = mha_clamp_len(lengths[b], T);
+        const REAL *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+        const REAL *k = q + C, *v = q + 2 * C;
+        REAL *dq = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+        REAL *dk = dq + C, *dv = dq + 2 * C;
+        const REAL *dy = dout + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
+        const REAL *y = out + (size_t)b * T * C + (size_t)h * HS;
+        const REAL *ls = lse + (size_t)bh * T;
+        REAL *S = scr + 2 * per * (size_t)omp_get_thread_num();     /* P, then P' (bq, kend) */
+        REAL *dS = S + per;                                          /* dP', then dS */
+        for (int i0 = 0; i0 < L; i0 += MHA_ATT_BQ) {
+            const int bq = L - i0 < MHA_ATT_BQ ? L - i0 : MHA_ATT_BQ;
+            const int kend = causal ? i0 + bq : L;
+            const REAL *qb = q + (size_t)i0 * C3, *dyb = dy + (size_t)i0 * C;
+            /* S (bq, kend) = scale * qb @ k^T;  dS (bq, kend) = dyb @ v^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale, qb, C3, k, C3, 0,
+                 S, kend);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, 1, dyb, C, v, C3, 0,
+                 dS, kend);
+            for (int r = 0; r < bq; r++) {
+                const int i = i0 + r;
+                const REAL *dyi = dyb + (size_t)r * C, *yi = y + (size_t)i * C;
+                REAL D = 0;
+#pragma omp simd reduction(+ : D)
+                for (int c = 0; c < HS; c++) D += dyi[c] * yi[c];
+                FN(fused_bwd_row)(S + (size_t)r * kend, dS + (size_t)r * kend,
+                                  causal ? i + 1 : kend, kend, ls[i], D, scale, thr, dscale,
+                                  seed, ((uint64_t)bh * T + i) * T);
+            }
+            /* dv[:kend] += P'^T @ dyb;  dq[i0:] += dS @ k[:kend];  dk[:kend] += dS^T @ qb */
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, S, kend, dyb, C, 1,
+                 dv, C3);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, dS, kend, k, C3, 1,
+                 dq + (size_t)i0 * C3, C3);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, dS, kend, qb, C3, 1,
+                 dk, C3);
+        }
+    }
+    mha_blas_parallel_leave(blas);
+}
+
+/* ================================ pooling ================================ */
+
+void FN(pool_forward)(REAL *out, int32_t *argmax, const REAL *inp, const int32_t *lengths,
+                      int B, int T, int C, int mode) {
+    /* out (B, C) from inp (B, T, C) over t < L; L == 0 gives zeros (argmax -1) */
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= MHA_OMP_MIN)
+    for (int b = 0; b < B; b++) {
+        const int L = mha_clamp_len(lengths[b], T);
+        const REAL *x = inp + (size_t)b * T * C;
+        REAL *o = out + (size_t)b * C;
+        if (L == 0) {
+            memset(o, 0, (size_t)C * sizeof(REAL));
+            if (mode == MHA_POOL_MAX && argmax)
+                for (int c = 0; c < C; c++) argmax[(size_t)b * C + c] = -1;
+            continue;
+        }
+        if (mode == MHA_POOL_CLS) {
+            memcpy(o, x, (size_t)C * sizeof(REAL));
+        } else if (mode == MHA_POOL_MAX) {
+            int32_t *am = argmax + (size_t)b * C;
+            memcpy(o, x, (size_t)C * sizeof(REAL));
+            for (int c = 0; c < C; c++) am[c] = 0;
+            for (int t = 1; t < L; t++) {
+                const REAL *xr = x + (size_t)t * C;
+                for (int c = 0; c < C; c++)
+                    if (xr[c] > o[c]) {
+                        o[c] = xr[c];
+                        am[c] = t;
+                    }
+            }
+        } else {
+            memcpy(o, x, (size_t)C * sizeof(REAL));
+            for (int t = 1; t < L; t++) {
+                const REAL *xr = x + (size_t)t * C;
+                for (int c = 0; c < C; c++) o[c] += xr[c];
+            }
+            const REAL inv = 1 / (REAL)L;
+            for (int c = 0; c < C; c++) o[c] *= inv;
+        }
+    }
+}
+
+void FN(pool_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                       const int32_t *lengths, int B, int T, int C, int mode) {
+    /* dinp (B, T, C) += route of dout (B, C); padded rows untouched */
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= MHA_OMP_MIN)
+    for (int b = 0; b < B; b++) {
+        const int L = mha_clamp_len(lengths[b], T);
+        REAL *d = dinp + (size_t)b * T * C;
+        const REAL *g = dout + (size_t)b * C;
+        if (L == 0) continue;
+        if (mode == MHA_POOL_CLS) {
+            for (int c = 0; c < C; c++) d[c] += g[c];
+        } else if (mode == MHA_POOL_MAX) {
+            const int32_t *am = argmax + (size_t)b * C;
+            for (int c = 0; c < C; c++)
+                if (am[c] >= 0 && am[c] < L) d[(size_t)am[c] * C + c] += g[c];
+        } else {
+            const REAL inv = 1 / (REAL)L;
+            for (int t = 0; t < L; t++) {
+                REAL *dr = d + (size_t)t * C;
+                for (int c = 0; c < C; c++) dr[c] += g[c] * inv;
+            }
+        }
+    }
+}
+
+/* ============================= cross-entropy ============================= */
+
+void FN(crossentropy)(REAL *losses, REAL *probs, REAL *dlogits, const REAL *logits,
+                      const int32_t *labels, int B, int K, REAL smoothing, REAL dscale) {
+    /* losses (B) = (1-eps) (-log p_y) + eps mean_k (-log p_k); probs (B, K);
+     * dlogits (B, K) += (probs - target) * dscale. A label outside [0, K) gives a NaN loss. */
+    const REAL eps = smoothing;
+#pragma omp parallel for schedule(static) if ((size_t)B * K >= MHA_OMP_MIN)
+    for (int b = 0; b < B; b++) {
+        const REAL *l = logits + (size_t)b * K;
+        REAL mx = l[0];
+        for (int k = 1; k < K; k++) mx = l[k] > mx ? l[k] : mx;
+        /* The loss is accumulated in double as log(s) + (max - l[y]): for a confident
+         * prediction s = 1 + small, and lse - l[y] in float would cancel to ~1e-7 absolute. */
+        double s = 0, sl = 0;
+        for (int k = 0; k < K; k++) {
+            s += (double)R_EXP(l[k] - mx);
+            sl += (double)(mx - l[k]);
+        }
+        const double log_s = log(s);
+        const REAL lse = mx + (REAL)log_s;
+        const int y = labels[b];
+        const int ok = y >= 0 && y < K;
+        if (losses)
+            losses[b] = ok ? (REAL)((1 - (double)eps) * (log_s + (double)(mx - l[y])) +
+                                    (double)eps * (log_s + sl / K))
+                           : (REAL)NAN;
+        for (int k = 0; k < K; k++) {
+            REAL p = R_EXP(l[k] - lse);
+            if (probs) probs[(size_t)b * K + k] = p;
+            if (dlogits) {
+                REAL target = eps / (REAL)K + (k == y ? 1 - eps : 0);
+                dlogits[(size_t)b * K + k] += (p - target) * dscale;
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+/* kernels/cuda/cuda_common.h: what every .cu file of the CUDA backend shares.
+ *
+ *  - CUDA_CHECK / CUBLAS_CHECK: stop with file:line, the error, and a hint (device and
+ *    programming failures are fatal: the ops return void, see kernels/backend.h).
+ *  - LAUNCH_CHECK(): after every kernel launch. With MHA_CUDA_SYNC=1 in the environment it
+ *    also synchronises, so an asynchronous fault is reported at the kernel that caused it.
+ *  - the cuBLAS handle, a growable scratch allocator, and the launch-size helpers.
+ *  - the declarations of the ops each file defines (C++ linkage, prefix mha_cu_).
+ *
+ * Everything runs on the legacy default stream, in issue order: the ops are stream-ordered,
+ * and scratch buffers can be reused from one op to the next without synchronising.
+ */
+#ifndef MHA_KERNELS_CUDA_COMMON_H
+#define MHA_KERNELS_CUDA_COMMON_H
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef MHA_CUDA_EMU
+/* Test build only (tests/cuda/emu): the kernels compiled as host C++ and run block by block
+ * on the CPU, with cudart and cuBLAS stand-ins, so their logic can be tested without a GPU. */
+#include "cuda_emu.h"
+#else
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+/* mha_launch(kernel, grid, block[, smem])(args...) is kernel<<<grid, block, smem>>>(args...);
+ * written as a call so that the emulation build can provide its own. */
+template <class... P>
+struct MhaLauncher {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t smem;
+    template <class... A>
+    void operator()(A... args) const { kernel<<<grid, block, smem>>>(args...); }
+};
+template <class... P>
+static inline MhaLauncher<P...> mha_launch(void (*kernel)(P...), dim3 grid, dim3 block,
+                                           size_t smem = 0) {
+    return MhaLauncher<P...>{kernel, grid, block, smem};
+}
+/* The dynamic shared memory of a kernel, as an array `name` of `type`. */
+#define MHA_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#endif
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+/* ---- error reporting (backend_cuda.cu) ---- */
+[[noreturn]] void mha_cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
+[[noreturn]] void mha_cu_fail_cublas(cublasStatus_t s, const char *what, const char *file, int line);
+[[noreturn]] void mha_cu_fail_msg(const char *msg, const char *file, int line);
+void mha_cu_launch_check(const char *file, int line);
+
+#define CUDA_CHECK(call) do { cudaError_t mha_e_ = (call); \
+    if (mha_e_ != cudaSuccess) mha_cu_fail_cuda(mha_e_, #call, __FILE__, __LINE__); } while (0)
+#define CUBLAS_CHECK(call) do { cublasStatus_t mha_s_ = (call); \
+    if (mha_s_ != CUBLAS_STATUS_SUCCESS) mha_cu_fail_cublas(mha_s_, #call, __FILE__, __LINE__); } while (0)
+#define LAUNCH_CHECK() mha_cu_launch_check(__FILE__, __LINE__)
+#define MHA_CU_REQUIRE(cond, msg) do { if (!(cond)) mha_cu_fail_msg(msg, __FILE__, __LINE__); } while (0)
+
+/* ---- shared state (backend_cuda.cu) ---- */
+cublasHandle_t mha_cu_cublas(void);
+
+/* Scratch memory owned by the backend, one growable buffer per slot. Contents do not survive
+ * from one op to the next (another op may use the same slot). Fails fatally when the device
+ * is out of memory. */
+enum {
+    MHA_SCRATCH_A = 0,      /* general: partial sums, attention row statistics */
+    MHA_SCRATCH_B = 1,      /* general: a second buffer for ops that need two */
+    MHA_SCRATCH_ATT = 2,    /* the dropped probabilities of the materialising attention */
+    MHA_SCRATCH_COUNT
+};
+void *mha_cu_scratch(int slot, size_t bytes);
+
+/* ---- launch-size helpers ---- */
+static inline unsigned int mha_cu_blocks(size_t n, unsigned int threads, unsigned int cap = 65535u * 8u) {
+    size_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > cap) b = cap;   /* kernels use grid-stride loops beyond this */
+    return (unsigned int)b;
+}
+
+/* ---- ops, by file ---- */
+/* gemm.cu */
+void mha_cu_linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int IC, int OC);
+void mha_cu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
+/* dst[c] += sum over rows n < N of src[n*ld + c], c < C; deterministic order. */
+void mha_cu_column_sums(float *dst, const float *src, int N, int C, int ld);
+/* embed.cu */
+void mha_cu_embed_forward(float *out, const int32_t *ids, const float *tok, const float *pos,
+                          int B, int T, int C);
+void mha_cu_embed_backward(float *dtok, float *dpos, const float *dout, const int32_t *ids,
+                           int B, int T, int C);
+/* layernorm.cu */
+void mha_cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+void mha_cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+/* elementwise.cu */
+void mha_cu_act_forward(float *out, const float *inp, size_t n, int act);
+void mha_cu_act_backward(float *dinp, const float *dout, const float *inp, size_t n, int act);
+void mha_cu_add(float *out, const float *a, const float *b, size_t n);
+void mha_cu_accumulate(float *dst, const float *src, size_t n);
+void mha_cu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t seed,
+                            uint64_t offset);
+void mha_cu_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                             uint64_t offset);
+void mha_cu_scale(float *x, size_t n, float s);
+/* attention_math.cu */
+void mha_cu_attention_forward_math(float *out, float *att, const float *qkv, const int32_t *lengths,
+                                   int B, int T, int C, int NH, int causal, float p_drop,
+                                   uint64_t seed);
+void mha_cu_attention_backward_math(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                    const float *att, const int32_t *lengths, int B, int T, int C,
+                                    int NH, int causal, float p_drop, uint64_t seed);
+/* attention_flash.cu */
+void mha_cu_attention_forward_fused(float *out, float *lse, const float *qkv, const int32_t *lengths,
+                                    int B, int T, int C, int NH, int causal, float p_drop,
+                                    uint64_t seed);
+void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, const int32_t *lengths,
+                                     int B, int T, int C, int NH, int causal, float p_drop,
+                                     uint64_t seed);
+/* pool.cu */
+void mha_cu_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,
+                         int B, int T, int C, int mode);
+void mha_cu_pool_backward(float *dinp, const float *dout, const int32_t *argmax,
+                          const int32_t *lengths, int B, int T, int C, int mode);
+/* loss.cu */
+void mha_cu_crossentropy(float *losses, float *probs, float *dlogits, const float *logits,
+                         const int32_t *labels, int B, int K, float smoothing, float dscale);
+/* adamw.cu */
+void mha_cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
+/* reduce.cu */
+double mha_cu_sum_squares(const float *x, size_t n);
+
+#endif

@@ -1,0 +1,124 @@
+/* kernels/cuda/elementwise.cu: activations, add, accumulate, dropout, scale.
+ * Grid-stride loops over size_t indices; backward ops accumulate (+=) into dinp.
+ * Dropout uses kernels/rng.h exactly as backend.h says: element i is kept when
+ * mha_rng_uniform(seed, offset + i) >= p, and scaled by 1/(1-p).
+ */
+#include "kernels/cuda/cuda_common.h"
+#include "kernels/rng.h"
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float gelu(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+    /* d/dx x*Phi(x) = Phi(x) + x*phi(x) */
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
+__global__ void act_forward_kernel(float *out, const float *inp, size_t n, int act) {
+    if (act == MHA_ACT_GELU) {
+        GRID_STRIDE(i, n) out[i] = gelu(inp[i]);
+    } else {
+        GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+    }
+}
+
+__global__ void act_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n,
+                                    int act) {
+    if (act == MHA_ACT_GELU) {
+        GRID_STRIDE(i, n) dinp[i] += dout[i] * gelu_grad(inp[i]);
+    } else {
+        GRID_STRIDE(i, n) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+    }
+}
+
+void mha_cu_act_forward(float *out, const float *inp, size_t n, int act) {
+    if (!n) return;
+    MHA_CU_REQUIRE(act == MHA_ACT_RELU || act == MHA_ACT_GELU, "act_forward: unknown activation");
+    mha_launch(act_forward_kernel, mha_cu_blocks(n, 256), 256)(out, inp, n, act);
+    LAUNCH_CHECK();
+}
+
+void mha_cu_act_backward(float *dinp, const float *dout, const float *inp, size_t n, int act) {
+    if (!n) return;
+    MHA_CU_REQUIRE(act == MHA_ACT_RELU || act == MHA_ACT_GELU, "act_backward: unknown activation");
+    mha_launch(act_backward_kernel, mha_cu_blocks(n, 256), 256)(dinp, dout, inp, n, act);
+    LAUNCH_CHECK();
+}
+
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+__global__ void scale_kernel(float *x, size_t n, float s) {
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+void mha_cu_add(float *out, const float *a, const float *b, size_t n) {
+    if (!n) return;
+    mha_launch(add_kernel, mha_cu_blocks(n, 256), 256)(out, a, b, n);
+    LAUNCH_CHECK();
+}
+
+void mha_cu_accumulate(float *dst, const float *src, size_t n) {
+    if (!n) return;
+    mha_launch(accumulate_kernel, mha_cu_blocks(n, 256), 256)(dst, src, n);
+    LAUNCH_CHECK();
+}
+
+void mha_cu_scale(float *x, size_t n, float s) {
+    if (!n) return;
+    mha_launch(scale_kernel, mha_cu_blocks(n, 256), 256)(x, n, s);
+    LAUNCH_CHECK();
+}
+
+__global__ void dropout_forward_kernel(float *out, const float *inp, size_t n, float p,
+                                       float inv_keep, uint64_t seed, uint64_t offset) {
+    GRID_STRIDE(i, n) {
+        bool keep = mha_rng_uniform(seed, offset + i) >= p;
+        out[i] = keep ? inp[i] * inv_keep : 0.0f;
+    }
+}
+
+__global__ void dropout_backward_kernel(float *dinp, const float *dout, size_t n, float p,
+                                        float inv_keep, uint64_t seed, uint64_t offset) {
+    GRID_STRIDE(i, n) {
+        bool keep = mha_rng_uniform(seed, offset + i) >= p;
+        if (keep) dinp[i] += dout[i] * inv_keep;
+    }
+}
+
+void mha_cu_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t seed,
+                            uint64_t offset) {
+    if (!n) return;
+    if (p <= 0.0f) {
+        if (out != inp)
+            CUDA_CHECK(cudaMemcpyAsync(out, inp, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+        return;
+    }
+    float inv_keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    mha_launch(dropout_forward_kernel, mha_cu_blocks(n, 256), 256)(out, inp, n, p, inv_keep, seed, offset);
+    LAUNCH_CHECK();
+}
+
+void mha_cu_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                             uint64_t offset) {
+    if (!n) return;
+    if (p <= 0.0f) {
+        mha_cu_accumulate(dinp, dout, n);
+        return;
+    }
+    float inv_keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    mha_launch(dropout_backward_kernel, mha_cu_blocks(n, 256), 256)(dinp, dout, n, p, inv_keep, seed, offset);
+    LAUNCH_CHECK();
+}

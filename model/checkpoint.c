@@ -1,0 +1,299 @@
+/* model/checkpoint.c: writing (atomically) and reading (defensively) checkpoints. */
+#include "model/checkpoint.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char MAGIC[8] = {'M', 'H', 'A', 'C', 'K', 'P', 'T', '\n'};
+enum { TAG_CONFIG = 1, TAG_VOCAB, TAG_LABELS, TAG_PARAMS, TAG_ADAM_M, TAG_ADAM_V, TAG_STATE };
+#define HEADER_BYTES 24u
+#define SECTION_HEADER_BYTES 16u
+#define MAX_CHECKPOINT_BYTES ((uint64_t)16 << 30)
+
+uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
+    static uint32_t table[256];
+    static int ready;
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+        ready = 1;
+    }
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ---- writing ---- */
+
+typedef struct { FILE *f; uint32_t crc; int failed; } Writer;
+
+static void put(Writer *w, const void *p, size_t n) {
+    if (w->failed || n == 0) return;
+    if (fwrite(p, 1, n, w->f) != n) w->failed = errno ? errno : EIO;
+    w->crc = crc32_update(w->crc, p, n);
+}
+static void put_u32(Writer *w, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+    put(w, b, 4);
+}
+static void put_u64(Writer *w, uint64_t v) {
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+static void put_section(Writer *w, uint32_t tag, const void *p, uint64_t n) {
+    put_u32(w, tag);
+    put_u32(w, 0);
+    put_u64(w, n);
+    put(w, p, (size_t)n);
+}
+
+static unsigned char *labels_blob(const LabelMap *m, size_t *len) {
+    size_t n = 4;
+    for (int i = 0; i < m->n; i++) n += 4 + strlen(m->names[i]);
+    unsigned char *b = malloc(n), *p = b;
+    if (!b) return NULL;
+    uint32_t k = (uint32_t)m->n;
+    memcpy(p, &k, 4); p += 4;
+    for (int i = 0; i < m->n; i++) {
+        uint32_t l = (uint32_t)strlen(m->names[i]);
+        memcpy(p, &l, 4); p += 4;
+        memcpy(p, m->names[i], l); p += l;
+    }
+    *len = n;
+    return b;
+}
+
+int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
+    unsigned char *vocab = NULL, *labels = NULL;
+    size_t vocab_len = 0, labels_len = 0;
+    if (vocab_serialize(ck->vocab, &vocab, &vocab_len) != 0 || !(labels = labels_blob(&ck->labels, &labels_len))) {
+        free(vocab);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while writing the checkpoint", path);
+    }
+    int has_train = ck->adam_m && ck->adam_v && ck->state_json;
+    uint32_t n_sections = has_train ? 7 : 4;
+    size_t pbytes = ck->n_params * sizeof(float);
+    uint64_t size = HEADER_BYTES + (uint64_t)n_sections * SECTION_HEADER_BYTES + strlen(ck->config_json) +
+                    vocab_len + labels_len + pbytes + 4;
+    if (has_train) size += 2 * (uint64_t)pbytes + strlen(ck->state_json);
+
+    char tmp[4352];
+    char *dircopy = strdup(path), *basecopy = strdup(path);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dirname(dircopy), basename(basecopy), (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int rc = 0;
+    if (fd < 0) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot create checkpoint file (%s)", tmp, strerror(errno));
+        goto done;
+    }
+    Writer w = {fdopen(fd, "wb"), 0, 0};
+    put(&w, MAGIC, 8);
+    put_u32(&w, CHECKPOINT_VERSION);
+    put_u32(&w, n_sections);
+    put_u64(&w, size);
+    put_section(&w, TAG_CONFIG, ck->config_json, strlen(ck->config_json));
+    put_section(&w, TAG_VOCAB, vocab, vocab_len);
+    put_section(&w, TAG_LABELS, labels, labels_len);
+    put_section(&w, TAG_PARAMS, ck->params, pbytes);
+    if (has_train) {
+        put_section(&w, TAG_ADAM_M, ck->adam_m, pbytes);
+        put_section(&w, TAG_ADAM_V, ck->adam_v, pbytes);
+        put_section(&w, TAG_STATE, ck->state_json, strlen(ck->state_json));
+    }
+    uint32_t crc = w.crc;
+    put_u32(&w, crc);
+    if (!w.failed && fflush(w.f) != 0) w.failed = errno;
+    if (!w.failed && fsync(fileno(w.f)) != 0) w.failed = errno;
+    if (fclose(w.f) != 0 && !w.failed) w.failed = errno;
+    if (w.failed) {
+        unlink(tmp);
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s); the previous %s is untouched",
+                      path, strerror(w.failed), path);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot rename %s into place (%s)", path, tmp, strerror(e));
+        goto done;
+    }
+    free(dircopy);
+    dircopy = strdup(path);
+    int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+done:
+    free(dircopy);
+    free(basecopy);
+    free(vocab);
+    free(labels);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+static char *dup_text(const unsigned char *p, uint64_t n) {
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    memcpy(s, p, (size_t)n);
+    s[n] = 0;
+    return s;
+}
+
+static float *dup_floats(const unsigned char *p, uint64_t n) {
+    float *f = malloc(n ? (size_t)n : 1);
+    if (f) memcpy(f, p, (size_t)n);
+    return f;
+}
+
+static int parse_labels(LabelMap *m, const unsigned char *p, uint64_t n, const char *path, MhaError *err) {
+    m->n = 0;
+    m->names = NULL;
+    if (n < 4) return mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (label section too short)", path);
+    uint32_t k = get_u32(p);
+    if (k == 0 || k > (n - 4) / 4)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (label count %u does not fit the section)", path, k);
+    m->names = calloc(k, sizeof *m->names);
+    if (!m->names) return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory", path);
+    uint64_t off = 4;
+    for (uint32_t i = 0; i < k; i++) {
+        if (n - off < 4) goto bad;
+        uint32_t l = get_u32(p + off);
+        off += 4;
+        if (l > n - off) goto bad;
+        m->names[i] = dup_text(p + off, l);
+        m->n = (int)i + 1;
+        off += l;
+    }
+    if (off != n) goto bad;
+    return 0;
+bad:
+    labelmap_free(m);
+    return mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (label lengths overrun the section)", path);
+}
+
+int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
+    memset(ck, 0, sizeof *ck);
+    FILE *f = fopen(path, "rb");
+    if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open checkpoint (%s)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: not a regular file (expected an mha checkpoint)", path);
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < HEADER_BYTES + 4) {
+        fclose(f);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: file is %llu bytes, too short to be an mha checkpoint "
+                        "(truncated or not a checkpoint)", path, (unsigned long long)size);
+    }
+    if (size > MAX_CHECKPOINT_BYTES) {
+        fclose(f);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: file is %llu bytes, larger than any mha checkpoint", path,
+                        (unsigned long long)size);
+    }
+    unsigned char *buf = malloc((size_t)size);
+    if (!buf) { fclose(f); return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory reading the checkpoint", path); }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    int rc = 0;
+    if (got != size) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error", path); goto out; }
+    if (memcmp(buf, MAGIC, 8) != 0) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: not an mha checkpoint (bad magic; expected a file written by mha-train)", path);
+        goto out;
+    }
+    uint32_t version = get_u32(buf + 8), n_sections = get_u32(buf + 12);
+    if (version != CHECKPOINT_VERSION) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint format version %u, this mha reads version %u "
+                      "(retrain, or use the mha that wrote it)", path, version, CHECKPOINT_VERSION);
+        goto out;
+    }
+    if (get_u64(buf + 16) != size) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint says it is %llu bytes but the file has %llu "
+                      "(truncated or appended to)", path, (unsigned long long)get_u64(buf + 16),
+                      (unsigned long long)size);
+        goto out;
+    }
+    if (crc32_update(0, buf, (size_t)size - 4) != get_u32(buf + size - 4)) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: checksum mismatch (the file is corrupt)", path);
+        goto out;
+    }
+    uint64_t off = HEADER_BYTES, end = size - 4;
+    uint64_t adam_bytes[2] = {0, 0};
+    for (uint32_t s = 0; s < n_sections; s++) {
+        if (end - off < SECTION_HEADER_BYTES) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (section %u header past the end)", path, s); goto out; }
+        uint32_t tag = get_u32(buf + off);
+        uint64_t n = get_u64(buf + off + 8);
+        off += SECTION_HEADER_BYTES;
+        if (n > end - off) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (section %u claims %llu bytes, %llu left)", path, s, (unsigned long long)n, (unsigned long long)(end - off)); goto out; }
+        const unsigned char *p = buf + off;
+        switch (tag) {
+        case TAG_CONFIG: free(ck->config_json); ck->config_json = dup_text(p, n); break;
+        case TAG_STATE: free(ck->state_json); ck->state_json = dup_text(p, n); break;
+        case TAG_VOCAB:
+            if (ck->vocab) vocab_free(ck->vocab);
+            ck->vocab = NULL;
+            if (vocab_deserialize(&ck->vocab, p, (size_t)n, err) != 0) {
+                char inner[1800];
+                snprintf(inner, sizeof inner, "%.1700s", err ? err->msg : "");
+                rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint vocab (%s)", path, inner);
+                goto out;
+            }
+            break;
+        case TAG_LABELS:
+            labelmap_free(&ck->labels);
+            if ((rc = parse_labels(&ck->labels, p, n, path, err)) != 0) goto out;
+            break;
+        case TAG_PARAMS:
+        case TAG_ADAM_M:
+        case TAG_ADAM_V: {
+            if (n % 4 != 0) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (float section of %llu bytes)", path, (unsigned long long)n); goto out; }
+            float **dst = tag == TAG_PARAMS ? &ck->params : tag == TAG_ADAM_M ? &ck->adam_m : &ck->adam_v;
+            free(*dst);
+            *dst = dup_floats(p, n);
+            if (tag == TAG_PARAMS) ck->n_params = (size_t)(n / 4);
+            else adam_bytes[tag == TAG_ADAM_V] = n;
+            break;
+        }
+        default: break; /* sections from newer minor revisions are skipped */
+        }
+        off += n;
+    }
+    if (!ck->config_json || !ck->vocab || !ck->labels.n || !ck->params) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (missing config, vocab, labels or parameters)", path);
+        goto out;
+    }
+    if ((ck->adam_m && adam_bytes[0] != ck->n_params * 4) || (ck->adam_v && adam_bytes[1] != ck->n_params * 4)) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (optimizer state size differs from the parameters)", path);
+        goto out;
+    }
+out:
+    free(buf);
+    if (rc) checkpoint_free(ck);
+    return rc;
+}
+
+void checkpoint_free(Checkpoint *ck) {
+    free(ck->config_json);
+    if (ck->vocab) vocab_free(ck->vocab);
+    labelmap_free(&ck->labels);
+    free(ck->params);
+    free(ck->adam_m);
+    free(ck->adam_v);
+    free(ck->state_json);
+    memset(ck, 0, sizeof *ck);
+}

@@ -1,0 +1,37 @@
+/* model/checkpoint.h: the versioned checkpoint file (model.mha, last.mha).
+ *
+ * Layout, little-endian:
+ *   "MHACKPT\n" magic (8) | u32 version | u32 section count | u64 file size
+ *   sections: u32 tag | u32 zero | u64 payload bytes | payload
+ *   u32 CRC-32 of every byte before it.
+ * Sections: CONFIG (resolved config, JSON), VOCAB, LABELS, PARAMS (f32), and in last.mha
+ * also ADAM_M, ADAM_V (f32) and STATE (JSON: step, epoch, data position, best metric...).
+ * Writes go to a temporary file in the same folder, are flushed to disk and renamed
+ * into place, so a crash never leaves a half-written checkpoint under the real name.
+ * The loader checks every size against the file before it allocates or reads. */
+#ifndef MHA_MODEL_CHECKPOINT_H
+#define MHA_MODEL_CHECKPOINT_H
+
+#include <stddef.h>
+#include "data/dataset.h"
+#include "data/error.h"
+#include "data/vocab.h"
+
+#define CHECKPOINT_VERSION 1u
+
+typedef struct {
+    char *config_json;      /* NUL-terminated */
+    Vocab *vocab;
+    LabelMap labels;
+    float *params;  size_t n_params;
+    float *adam_m, *adam_v; /* NULL in model-only checkpoints; n_params floats each */
+    char *state_json;       /* NULL in model-only checkpoints */
+} Checkpoint;
+
+int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err);
+int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err);
+void checkpoint_free(Checkpoint *ck);
+
+uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
+
+#endif

@@ -1,0 +1,318 @@
+/* model/classifier.c: forward and backward of the classifier, written once against
+ * the Backend table (docs/model.md is the specification). */
+#include "model/classifier.h"
+#include "kernels/rng.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Dropout sites draw independent streams from the step's seed. */
+enum { SITE_EMBED = 0 };
+static uint64_t site_seed(uint64_t seed, int layer, int which) { /* which: 1 att, 2 proj, 3 ffn */
+    return mha_rng_u64(seed, layer < 0 ? SITE_EMBED : (uint64_t)(1 + 3 * layer + which - 1));
+}
+
+typedef struct { const Backend *be; size_t bytes; int failed; } Allocator;
+
+static void *alloc_or_flag(Allocator *a, size_t bytes) {
+    if (a->failed || bytes == 0) return NULL;
+    void *p = a->be->alloc(bytes);
+    if (!p) { a->failed = 1; a->bytes = bytes; }
+    return p;
+}
+
+int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                 int decay_embeddings, int decay_norms, MhaError *err) {
+    memset(m, 0, sizeof *m);
+    m->d = *d;
+    m->be = be;
+    m->Bmax = Bmax;
+    m->Tmax = Tmax;
+    param_layout_build(&m->lay, d, decay_embeddings, decay_norms);
+    Allocator A = {be, 0, 0};
+    size_t N = (size_t)Bmax * Tmax, C = d->C, F = d->F, K = d->K, fl = sizeof(float);
+    size_t att_elems = (size_t)Bmax * d->NH * Tmax * Tmax;
+    size_t total_before = 0;
+    (void)total_before;
+    m->params = alloc_or_flag(&A, m->lay.total * fl);
+    m->grads = alloc_or_flag(&A, m->lay.total * fl);
+    if (!d->learned_pos) {
+        m->pos_table = alloc_or_flag(&A, (size_t)d->P * C * fl);
+        float *h = malloc((size_t)d->P * C * fl);
+        if (h && m->pos_table) { sinusoidal_table(h, d->P, (int)C); be->to_device(m->pos_table, h, (size_t)d->P * C * fl); }
+        free(h);
+    }
+    m->ids = alloc_or_flag(&A, N * sizeof(int32_t));
+    m->lengths = alloc_or_flag(&A, Bmax * sizeof(int32_t));
+    m->labels = alloc_or_flag(&A, Bmax * sizeof(int32_t));
+    m->emb = alloc_or_flag(&A, N * C * fl);
+    m->acts = calloc((size_t)(d->L > 0 ? d->L : 1), sizeof *m->acts);
+    for (int l = 0; l < d->L; l++) {
+        LayerActs *a = &m->acts[l];
+        a->ln1 = alloc_or_flag(&A, N * C * fl);
+        a->ln1_mean = alloc_or_flag(&A, N * fl);
+        a->ln1_rstd = alloc_or_flag(&A, N * fl);
+        a->qkv = alloc_or_flag(&A, 3 * N * C * fl);
+        a->atty = alloc_or_flag(&A, N * C * fl);
+        if (d->fused_attention) a->lse = alloc_or_flag(&A, (size_t)Bmax * d->NH * Tmax * fl);
+        else a->att = alloc_or_flag(&A, att_elems * fl);
+        a->attproj = alloc_or_flag(&A, N * C * fl);
+        a->res1 = alloc_or_flag(&A, N * C * fl);
+        a->fc1 = alloc_or_flag(&A, N * F * fl);
+        a->fch = alloc_or_flag(&A, N * F * fl);
+        a->fc2 = alloc_or_flag(&A, N * C * fl);
+        a->res2 = alloc_or_flag(&A, N * C * fl);
+        a->ln2 = alloc_or_flag(&A, N * C * fl);
+        a->ln2_mean = alloc_or_flag(&A, N * fl);
+        a->ln2_rstd = alloc_or_flag(&A, N * fl);
+    }
+    if (d->pre_norm) {
+        m->lnf = alloc_or_flag(&A, N * C * fl);
+        m->lnf_mean = alloc_or_flag(&A, N * fl);
+        m->lnf_rstd = alloc_or_flag(&A, N * fl);
+    }
+    m->pooled = alloc_or_flag(&A, Bmax * C * fl);
+    m->argmax = alloc_or_flag(&A, Bmax * C * sizeof(int32_t));
+    m->logits = alloc_or_flag(&A, Bmax * K * fl);
+    m->probs = alloc_or_flag(&A, Bmax * K * fl);
+    m->losses = alloc_or_flag(&A, Bmax * fl);
+    m->dx = alloc_or_flag(&A, N * C * fl);
+    m->dy = alloc_or_flag(&A, N * C * fl);
+    m->dz = alloc_or_flag(&A, N * C * fl);
+    m->dqkv = alloc_or_flag(&A, 3 * N * C * fl);
+    m->dff1 = alloc_or_flag(&A, N * F * fl);
+    m->dff2 = alloc_or_flag(&A, N * F * fl);
+    if (!d->fused_attention) m->datt = alloc_or_flag(&A, att_elems * fl);
+    m->dpooled = alloc_or_flag(&A, Bmax * C * fl);
+    m->dlogits = alloc_or_flag(&A, Bmax * K * fl);
+    m->h_probs = malloc(Bmax * K * fl);
+    m->h_losses = malloc(Bmax * fl);
+    if (A.failed || !m->acts || !m->h_probs || !m->h_losses) {
+        model_destroy(m);
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "%s backend: out of memory allocating %.1f MiB for a model with %d layers "
+                        "at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
+                        be->name, A.bytes / 1048576.0, d->L, Bmax, Tmax);
+    }
+    be->zero(m->grads, m->lay.total * fl);
+    return 0;
+}
+
+void model_destroy(Model *m) {
+    const Backend *be = m->be;
+    if (!be) return;
+    void *ptrs[] = {m->params, m->grads, m->pos_table, m->ids, m->lengths, m->labels, m->emb,
+                    m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled, m->argmax, m->logits, m->probs,
+                    m->losses, m->dx, m->dy, m->dz, m->dqkv, m->dff1, m->dff2, m->datt,
+                    m->dpooled, m->dlogits};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+        if (ptrs[i]) be->free(ptrs[i]);
+    if (m->acts)
+        for (int l = 0; l < m->d.L; l++) {
+            LayerActs *a = &m->acts[l];
+            void *lp[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att, a->lse,
+                          a->attproj, a->res1, a->fc1, a->fch, a->fc2, a->res2, a->ln2,
+                          a->ln2_mean, a->ln2_rstd};
+            for (size_t i = 0; i < sizeof lp / sizeof *lp; i++)
+                if (lp[i]) be->free(lp[i]);
+        }
+    free(m->acts);
+    free(m->h_probs);
+    free(m->h_losses);
+    param_layout_free(&m->lay);
+    memset(m, 0, sizeof *m);
+}
+
+void model_init_params(Model *m, uint64_t seed) {
+    float *h = malloc(m->lay.total * sizeof(float));
+    if (!h) { fprintf(stderr, "mha: out of memory\n"); abort(); }
+    params_init(h, &m->lay, &m->d, seed);
+    m->be->to_device(m->params, h, m->lay.total * sizeof(float));
+    free(h);
+}
+
+void model_zero_grads(Model *m) { m->be->zero(m->grads, m->lay.total * sizeof(float)); }
+
+/* The input of layer l: the embeddings, or the previous layer's output. */
+static const float *layer_input(const Model *m, int l) {
+    if (l == 0) return m->emb;
+    const LayerActs *p = &m->acts[l - 1];
+    return m->d.pre_norm ? p->res2 : p->ln2;
+}
+static const float *encoder_output(const Model *m) {
+    return m->d.pre_norm ? m->lnf : layer_input(m, m->d.L);
+}
+
+static void attention_forward(Model *m, LayerActs *a, const float *qkv, float p, uint64_t seed) {
+    const ModelDims *d = &m->d;
+    if (d->fused_attention)
+        m->be->attention_forward_fused(a->atty, a->lse, qkv, m->lengths, m->B, m->T, d->C, d->NH,
+                                       d->causal, p, seed);
+    else
+        m->be->attention_forward_math(a->atty, a->att, qkv, m->lengths, m->B, m->T, d->C, d->NH,
+                                      d->causal, p, seed);
+}
+
+static void attention_backward(Model *m, LayerActs *a, const float *datty, float p, uint64_t seed) {
+    const ModelDims *d = &m->d;
+    if (d->fused_attention)
+        m->be->attention_backward_fused(m->dqkv, datty, a->atty, a->qkv, a->lse, m->lengths, m->B,
+                                        m->T, d->C, d->NH, d->causal, p, seed);
+    else
+        m->be->attention_backward_math(m->dqkv, m->datt, datty, a->qkv, a->att, m->lengths, m->B,
+                                       m->T, d->C, d->NH, d->causal, p, seed);
+}
+
+double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                     int B, int T, int train, uint64_t dropout_seed) {
+    const Backend *be = m->be;
+    const ModelDims *d = &m->d;
+    const ParamLayout *L = &m->lay;
+    float *W = m->params;
+    int C = d->C, F = d->F, K = d->K, N = B * T;
+    m->B = B;
+    m->T = T;
+    be->to_device(m->ids, ids, (size_t)N * sizeof(int32_t));
+    be->to_device(m->lengths, lengths, (size_t)B * sizeof(int32_t));
+    if (labels) be->to_device(m->labels, labels, (size_t)B * sizeof(int32_t));
+    else be->zero(m->labels, (size_t)B * sizeof(int32_t));
+    float p = train ? d->dropout : 0.0f, pa = train ? d->attn_dropout : 0.0f;
+    size_t NC = (size_t)N * C;
+
+    const float *pos = d->learned_pos ? W + L->pos_emb : m->pos_table;
+    be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
+    be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
+
+    for (int l = 0; l < d->L; l++) {
+        LayerActs *a = &m->acts[l];
+        const LayerOffsets *o = &L->layer[l];
+        const float *x = layer_input(m, l);
+        if (!d->pre_norm) {  /* x = LN1(x + attn(x)); x = LN2(x + ffn(x)) */
+            be->linear_forward(a->qkv, x, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
+            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
+            be->linear_forward(a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C);
+            be->dropout_forward(a->attproj, a->attproj, NC, p, site_seed(dropout_seed, l, 2), 0);
+            be->add(a->res1, x, a->attproj, NC);
+            be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res1, W + o->ln1_w, W + o->ln1_b, N, C);
+            be->linear_forward(a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F);
+            be->act_forward(a->fch, a->fc1, (size_t)N * F, d->act);
+            be->linear_forward(a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C);
+            be->dropout_forward(a->fc2, a->fc2, NC, p, site_seed(dropout_seed, l, 3), 0);
+            be->add(a->res2, a->ln1, a->fc2, NC);
+            be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W + o->ln2_w, W + o->ln2_b, N, C);
+        } else {             /* x = x + attn(LN1(x)); x = x + ffn(LN2(x)) */
+            be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + o->ln1_w, W + o->ln1_b, N, C);
+            be->linear_forward(a->qkv, a->ln1, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
+            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
+            be->linear_forward(a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C);
+            be->dropout_forward(a->attproj, a->attproj, NC, p, site_seed(dropout_seed, l, 2), 0);
+            be->add(a->res1, x, a->attproj, NC);
+            be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, W + o->ln2_w, W + o->ln2_b, N, C);
+            be->linear_forward(a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F);
+            be->act_forward(a->fch, a->fc1, (size_t)N * F, d->act);
+            be->linear_forward(a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C);
+            be->dropout_forward(a->fc2, a->fc2, NC, p, site_seed(dropout_seed, l, 3), 0);
+            be->add(a->res2, a->res1, a->fc2, NC);
+        }
+    }
+    if (d->pre_norm)
+        be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, layer_input(m, d->L),
+                              W + L->lnf_w, W + L->lnf_b, N, C);
+    be->pool_forward(m->pooled, m->argmax, encoder_output(m), m->lengths, B, T, C, d->pool);
+    be->linear_forward(m->logits, m->pooled, W + L->head_w, W + L->head_b, B, C, K);
+    be->crossentropy(m->losses, m->probs, NULL, m->logits, m->labels, B, K, d->label_smoothing, 0.0f);
+    be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));
+    if (!labels) return 0.0;
+    be->to_host(m->h_losses, m->losses, (size_t)B * sizeof(float));
+    double sum = 0.0;
+    for (int b = 0; b < B; b++) sum += m->h_losses[b];
+    return sum;
+}
+
+void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
+    const Backend *be = m->be;
+    const ModelDims *d = &m->d;
+    const ParamLayout *L = &m->lay;
+    const float *W = m->params;
+    float *G = m->grads;
+    int B = m->B, T = m->T, C = d->C, F = d->F, K = d->K, N = B * T;
+    size_t NC = (size_t)N * C, fl = sizeof(float);
+    float p = d->dropout, pa = d->attn_dropout;
+
+    be->zero(m->dlogits, (size_t)B * K * fl);
+    be->crossentropy(m->losses, m->probs, m->dlogits, m->logits, m->labels, B, K,
+                     d->label_smoothing, loss_scale);
+    be->zero(m->dpooled, (size_t)B * C * fl);
+    be->linear_backward(m->dpooled, G + L->head_w, G + L->head_b, m->dlogits, m->pooled,
+                        W + L->head_w, B, C, K);
+    float *dcur = m->dx, *dy = m->dy, *dz = m->dz;
+    be->zero(dcur, NC * fl);
+    be->pool_backward(dcur, m->dpooled, m->argmax, m->lengths, B, T, C, d->pool);
+    if (d->pre_norm) {
+        be->zero(dy, NC * fl);
+        be->layernorm_backward(dy, G + L->lnf_w, G + L->lnf_b, dcur, layer_input(m, d->L),
+                               W + L->lnf_w, m->lnf_mean, m->lnf_rstd, N, C);
+        float *t = dcur; dcur = dy; dy = t;
+    }
+    for (int l = d->L - 1; l >= 0; l--) {
+        LayerActs *a = &m->acts[l];
+        const LayerOffsets *o = &L->layer[l];
+        const float *x = layer_input(m, l);
+        if (!d->pre_norm) {
+            /* dcur = d ln2 -> dy = d res2 */
+            be->zero(dy, NC * fl);
+            be->layernorm_backward(dy, G + o->ln2_w, G + o->ln2_b, dcur, a->res2, W + o->ln2_w,
+                                   a->ln2_mean, a->ln2_rstd, N, C);
+            /* res2 = ln1 + drop(fc2): dz = d fc2 */
+            be->zero(dz, NC * fl);
+            be->dropout_backward(dz, dy, NC, p, site_seed(dropout_seed, l, 3), 0);
+            be->zero(m->dff2, (size_t)N * F * fl);
+            be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
+            be->zero(m->dff1, (size_t)N * F * fl);
+            be->act_backward(m->dff1, m->dff2, a->fc1, (size_t)N * F, d->act);
+            /* dy += fc1 backward: dy = d ln1 */
+            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff1, a->ln1, W + o->fc1_w, N, C, F);
+            be->zero(dcur, NC * fl);
+            be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dy, a->res1, W + o->ln1_w,
+                                   a->ln1_mean, a->ln1_rstd, N, C);
+            /* res1 = x + drop(attproj): dz = d attproj, dy = d atty */
+            be->zero(dz, NC * fl);
+            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 2), 0);
+            be->zero(dy, NC * fl);
+            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
+            be->zero(m->dqkv, 3 * NC * fl);
+            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
+            /* dcur (= d res1, the residual path) += qkv backward: d x */
+            be->linear_backward(dcur, G + o->qkv_w, G + o->qkv_b, m->dqkv, x, W + o->qkv_w, N, C, 3 * C);
+        } else {
+            /* dcur = d res2; res2 = res1 + drop(fc2) */
+            be->zero(dz, NC * fl);
+            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 3), 0);
+            be->zero(m->dff2, (size_t)N * F * fl);
+            be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
+            be->zero(m->dff1, (size_t)N * F * fl);
+            be->act_backward(m->dff1, m->dff2, a->fc1, (size_t)N * F, d->act);
+            be->zero(dy, NC * fl);
+            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff1, a->ln2, W + o->fc1_w, N, C, F);
+            /* dcur += LN2 backward: d res1 */
+            be->layernorm_backward(dcur, G + o->ln2_w, G + o->ln2_b, dy, a->res1, W + o->ln2_w,
+                                   a->ln2_mean, a->ln2_rstd, N, C);
+            /* res1 = x + drop(attproj) */
+            be->zero(dz, NC * fl);
+            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 2), 0);
+            be->zero(dy, NC * fl);
+            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
+            be->zero(m->dqkv, 3 * NC * fl);
+            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
+            be->zero(dz, NC * fl);
+            be->linear_backward(dz, G + o->qkv_w, G + o->qkv_b, m->dqkv, a->ln1, W + o->qkv_w, N, C, 3 * C);
+            /* dcur += LN1 backward: d x */
+            be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dz, x, W + o->ln1_w,
+                                   a->ln1_mean, a->ln1_rstd, N, C);
+        }
+    }
+    be->zero(dy, NC * fl);
+    be->dropout_backward(dy, dcur, NC, p, site_seed(dropout_seed, -1, 0), 0);
+    be->embed_backward(G + L->tok_emb, d->learned_pos ? G + L->pos_emb : NULL, dy, m->ids, B, T, C);
+}

@@ -1,0 +1,74 @@
+/* model/classifier.h: the Transformer classifier (docs/model.md) on a backend:
+ * parameters, gradients and activations in backend memory, forward and backward
+ * written once against the Backend table. */
+#ifndef MHA_MODEL_CLASSIFIER_H
+#define MHA_MODEL_CLASSIFIER_H
+
+#include <stdint.h>
+#include "kernels/backend.h"
+#include "model/params.h"
+
+/* Activations of one encoder block; every (N, .) tensor has N = B*T rows. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (N), (N): LN1 output (post: after the attention residual) */
+    float *qkv;                       /* (N, 3C) fused projection */
+    float *atty;                      /* (N, C) attention output, heads concatenated */
+    float *att;                       /* (B, NH, T, T) probabilities, math path only */
+    float *lse;                       /* (B, NH, T) log-sum-exp, fused path only */
+    float *attproj;                   /* (N, C) output projection, after dropout */
+    float *res1;                      /* (N, C) first residual sum */
+    float *fc1;                       /* (N, F) before the activation */
+    float *fch;                       /* (N, F) after the activation */
+    float *fc2;                       /* (N, C) second projection, after dropout */
+    float *res2;                      /* (N, C) second residual sum */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
+} LayerActs;
+
+typedef struct {
+    ModelDims d;
+    const Backend *be;
+    ParamLayout lay;
+    float *params;          /* (lay.total) */
+    float *grads;           /* (lay.total) */
+    float *pos_table;       /* (P, C) sinusoidal table, or NULL with learned positions */
+
+    /* activations, sized for Bmax x Tmax */
+    int Bmax, Tmax;
+    int B, T;               /* shape of the last forward */
+    int32_t *ids, *lengths, *labels;  /* (B, T), (B), (B) in backend memory */
+    float *emb;             /* (N, C) embedding sum after dropout */
+    LayerActs *acts;        /* (L) */
+    float *lnf, *lnf_mean, *lnf_rstd;  /* (N, C), (N), (N) pre-LN final norm */
+    float *pooled;          /* (B, C) */
+    int32_t *argmax;        /* (B, C) max pooling winners */
+    float *logits, *probs, *losses;    /* (B, K), (B, K), (B) */
+    /* gradient scratch */
+    float *dx, *dy, *dz;    /* (N, C) each */
+    float *dqkv;            /* (N, 3C) */
+    float *dff1, *dff2;     /* (N, F) each */
+    float *datt;            /* (B, NH, T, T) math path scratch */
+    float *dpooled, *dlogits; /* (B, C), (B, K) */
+    /* host copies of the last forward's outputs */
+    float *h_probs, *h_losses;  /* (Bmax, K), (Bmax) */
+} Model;
+
+/* Allocates parameters (uninitialised), gradients and activations for batches of up to
+ * Bmax examples of up to Tmax tokens. Returns 0, or MHA_EXIT_DATA with a message naming
+ * the bytes requested when the backend is out of memory. */
+int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                 int decay_embeddings, int decay_norms, MhaError *err);
+void model_destroy(Model *m);
+/* Initialise parameters on the host with the seed and upload them. */
+void model_init_params(Model *m, uint64_t seed);
+
+/* Forward on a host batch (ids (B, T), lengths (B), labels (B) or NULL).
+ * train != 0 enables dropout with dropout_seed. Fills h_probs (B, K), and h_losses (B)
+ * when labels are given; returns the sum of the losses (0 without labels). */
+double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                     int B, int T, int train, uint64_t dropout_seed);
+/* Backward of the last forward (which must have had labels and train as given),
+ * accumulating into m->grads the gradient of loss_scale * (sum of the losses). */
+void model_backward(Model *m, float loss_scale, uint64_t dropout_seed);
+void model_zero_grads(Model *m);
+
+#endif

@@ -1,0 +1,136 @@
+/* model/metrics.c: accuracy, macro-F1, per-class report and confusion matrix. */
+#include "model/metrics.h"
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+void metrics_init(Metrics *m, int K) {
+    m->K = K;
+    m->confusion = calloc((size_t)K * K, sizeof *m->confusion);
+    m->n = 0;
+    m->loss_sum = 0.0;
+}
+
+void metrics_free(Metrics *m) {
+    free(m->confusion);
+    m->confusion = NULL;
+}
+
+void metrics_add(Metrics *m, int truth, int predicted, double loss) {
+    m->confusion[(size_t)truth * m->K + predicted]++;
+    m->n++;
+    m->loss_sum += loss;
+}
+
+double metrics_accuracy(const Metrics *m) {
+    long right = 0;
+    for (int k = 0; k < m->K; k++) right += m->confusion[(size_t)k * m->K + k];
+    return m->n ? (double)right / m->n : 0.0;
+}
+
+double metrics_loss(const Metrics *m) { return m->n ? m->loss_sum / m->n : 0.0; }
+
+void metrics_class(const Metrics *m, int k, double *precision, double *recall, double *f1, long *support) {
+    long tp = m->confusion[(size_t)k * m->K + k], predicted = 0, actual = 0;
+    for (int j = 0; j < m->K; j++) {
+        predicted += m->confusion[(size_t)j * m->K + k];
+        actual += m->confusion[(size_t)k * m->K + j];
+    }
+    double p = predicted ? (double)tp / predicted : 0.0, r = actual ? (double)tp / actual : 0.0;
+    *precision = p;
+    *recall = r;
+    *f1 = p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+    *support = actual;
+}
+
+/* Mean F1 over classes that occur in the truth or the predictions (sklearn's
+ * convention when labels are taken from the data). */
+double metrics_macro_f1(const Metrics *m) {
+    double sum = 0.0;
+    int used = 0;
+    for (int k = 0; k < m->K; k++) {
+        double p, r, f;
+        long s, predicted = 0;
+        metrics_class(m, k, &p, &r, &f, &s);
+        for (int j = 0; j < m->K; j++) predicted += m->confusion[(size_t)j * m->K + k];
+        if (s == 0 && predicted == 0) continue;
+        sum += f;
+        used++;
+    }
+    return used ? sum / used : 0.0;
+}
+
+/* Display width of UTF-8 text: CJK (3-byte and wider sequences) count two columns. */
+static int display_width(const char *s) {
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        if (*p < 0x80) { w++; p++; }
+        else if (*p < 0xE0) { w++; p += 2; }
+        else if (*p < 0xF0) { w += 2; p += 3; }
+        else { w += 2; p += 4; }
+    }
+    return w;
+}
+
+static void pad_print(FILE *out, const char *s, int width) {
+    fputs(s, out);
+    for (int i = display_width(s); i < width; i++) fputc(' ', out);
+}
+
+void metrics_print(const Metrics *m, char *const *names, FILE *out) {
+    int w = 7;
+    for (int k = 0; k < m->K; k++) if (display_width(names[k]) > w) w = display_width(names[k]);
+    fprintf(out, "accuracy %.4f  macro-F1 %.4f  loss %.4f  n %ld\n\n", metrics_accuracy(m),
+            metrics_macro_f1(m), metrics_loss(m), m->n);
+    pad_print(out, "class", w);
+    fprintf(out, "  precision  recall     f1  support\n");
+    for (int k = 0; k < m->K; k++) {
+        double p, r, f;
+        long s;
+        metrics_class(m, k, &p, &r, &f, &s);
+        pad_print(out, names[k], w);
+        fprintf(out, "  %9.4f  %6.4f  %6.4f  %7ld\n", p, r, f, s);
+    }
+    fprintf(out, "\nconfusion matrix (rows: true, columns: predicted)\n");
+    pad_print(out, "", w);
+    for (int k = 0; k < m->K; k++) fprintf(out, " %6d", k);
+    fputc('\n', out);
+    for (int k = 0; k < m->K; k++) {
+        char label[64];
+        snprintf(label, sizeof label, "%d %s", k, names[k]);
+        pad_print(out, label, w + 2 > 9 ? w : w);
+        for (int j = 0; j < m->K; j++) fprintf(out, " %6ld", m->confusion[(size_t)k * m->K + j]);
+        fputc('\n', out);
+    }
+}
+
+char *metrics_to_json(const Metrics *m, char *const *names) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "accuracy", metrics_accuracy(m));
+    cJSON_AddNumberToObject(o, "macro_f1", metrics_macro_f1(m));
+    cJSON_AddNumberToObject(o, "loss", metrics_loss(m));
+    cJSON_AddNumberToObject(o, "n", (double)m->n);
+    cJSON *pc = cJSON_AddArrayToObject(o, "per_class");
+    cJSON *labels = cJSON_AddArrayToObject(o, "labels");
+    cJSON *conf = cJSON_AddArrayToObject(o, "confusion");
+    for (int k = 0; k < m->K; k++) {
+        double p, r, f;
+        long s;
+        metrics_class(m, k, &p, &r, &f, &s);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "label", names[k]);
+        cJSON_AddNumberToObject(c, "precision", p);
+        cJSON_AddNumberToObject(c, "recall", r);
+        cJSON_AddNumberToObject(c, "f1", f);
+        cJSON_AddNumberToObject(c, "support", (double)s);
+        cJSON_AddItemToArray(pc, c);
+        cJSON_AddItemToArray(labels, cJSON_CreateString(names[k]));
+        cJSON *row = cJSON_CreateArray();
+        for (int j = 0; j < m->K; j++)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber((double)m->confusion[(size_t)k * m->K + j]));
+        cJSON_AddItemToArray(conf, row);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

@@ -1,0 +1,488 @@
+/* model/trainer.c: the training loop of mha-train (see trainer.h). */
+#include "model/trainer.h"
+#include "data/batcher.h"
+#include "data/dataset.h"
+#include "kernels/backend.h"
+#include "kernels/rng.h"
+#include "model/checkpoint.h"
+#include "model/classifier.h"
+#include "model/evaluate.h"
+#include "model/metrics.h"
+#include "model/optimizer.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_interrupted;
+static void on_signal(int sig) {
+    g_interrupted = 1;
+    signal(sig, SIG_DFL);  /* a second Ctrl-C ends the process at once */
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
+    char why[512] = "";
+    if (strcmp(cfg->device, "cpu") == 0) {
+        *be = mha_cpu_backend(cfg->threads);
+        return 0;
+    }
+    const Backend *cuda = mha_cuda_backend(cfg->tf32, why, sizeof why);
+    if (cuda) { *be = cuda; return 0; }
+    if (strcmp(cfg->device, "cuda") == 0)
+        return mha_fail(err, MHA_EXIT_DATA, "train.device = \"cuda\" but %s (use train.device=cpu or auto)", why);
+    *be = mha_cpu_backend(cfg->threads);
+    return 0;
+}
+
+/* Creates the output folder and takes an exclusive lock on OUT/.lock, held until exit
+ * (the OS releases it when the process dies, so a crash never blocks --resume). */
+static int lock_output_dir(const char *dir, MhaError *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
+                        "(wait for it, or set output.dir to another folder)", dir);
+    }
+    return 0;  /* fd stays open on purpose: the lock lives as long as the process */
+}
+
+static void read_options(const Config *c, ReadOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->format = format_from_name(c->format);
+    o->tok.nfkc = c->nfkc;
+    o->tok.casefold = c->casefold;
+    o->tok.replace_invalid = c->replace_invalid;
+    o->max_line_bytes = c->max_line_bytes;
+}
+
+/* Everything a run holds, so helpers can take one pointer. */
+typedef struct {
+    Config *cfg;
+    const Backend *be;
+    Vocab *vocab;
+    LabelMap labels;
+    Dataset train, dev, test;
+    int has_dev, has_test;
+    Model model;
+    AdamW opt;
+    int add_cls, truncate;
+    long update, total_updates, updates_per_epoch;
+    int epoch, batch_pos;                 /* data position of the next update */
+    double best_metric;  long best_update; int evals_since_best;
+    int bad_steps;
+    float *best_params;                   /* host copy of the best parameters */
+    FILE *metrics_log;
+    double elapsed_before;                /* training seconds in earlier runs (resume) */
+} Run;
+
+static char *state_json(const Run *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "update", (double)r->update);
+    cJSON_AddNumberToObject(o, "epoch", r->epoch);
+    cJSON_AddNumberToObject(o, "batch_pos", r->batch_pos);
+    cJSON_AddNumberToObject(o, "adam_t", r->opt.t);
+    cJSON_AddNumberToObject(o, "best_metric", r->best_metric);
+    cJSON_AddNumberToObject(o, "best_update", (double)r->best_update);
+    cJSON_AddNumberToObject(o, "evals_since_best", r->evals_since_best);
+    cJSON_AddNumberToObject(o, "bad_steps", r->bad_steps);
+    cJSON_AddNumberToObject(o, "elapsed", r->elapsed_before);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static double json_num(const cJSON *o, const char *key, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", r->cfg->out_dir, name);
+    size_t n = r->model.lay.total, bytes = n * sizeof(float);
+    Checkpoint ck = {0};
+    ck.config_json = config_to_json(r->cfg);
+    ck.vocab = r->vocab;
+    ck.labels = r->labels;
+    ck.n_params = n;
+    float *params = NULL, *m = NULL, *v = NULL;
+    if (host_params) ck.params = (float *)host_params;
+    else {
+        ck.params = params = malloc(bytes);
+        r->be->to_host(params, r->model.params, bytes);
+    }
+    if (with_state) {
+        ck.adam_m = m = malloc(bytes);
+        ck.adam_v = v = malloc(bytes);
+        r->be->to_host(m, r->opt.m, bytes);
+        r->be->to_host(v, r->opt.v, bytes);
+        ck.state_json = state_json(r);
+    }
+    int rc = checkpoint_save(path, &ck, err);
+    free(ck.config_json);
+    free(ck.state_json);
+    free(params);
+    free(m);
+    free(v);
+    return rc;
+}
+
+static double metric_value(const Config *c, const Metrics *m) {
+    if (strcmp(c->metric, "loss") == 0) return -metrics_loss(m);   /* higher is better */
+    if (strcmp(c->metric, "macro_f1") == 0) return metrics_macro_f1(m);
+    return metrics_accuracy(m);
+}
+
+static void log_record(Run *r, cJSON *rec) {
+    if (!r->metrics_log) { cJSON_Delete(rec); return; }
+    char *s = cJSON_PrintUnformatted(rec);
+    fprintf(r->metrics_log, "%s\n", s);
+    fflush(r->metrics_log);
+    free(s);
+    cJSON_Delete(rec);
+}
+
+/* Dev evaluation; keeps the best parameters and writes model.mha when they improve. */
+static int evaluate_dev(Run *r, int quiet, MhaError *err) {
+    Config *c = r->cfg;
+    Metrics mt;
+    evaluate_dataset(&r->model, &r->dev, c->batch_size, c->max_len, r->truncate, r->add_cls, &mt);
+    double value = metric_value(c, &mt);
+    int improved = r->best_update < 0 || value > r->best_metric;
+    if (improved) {
+        r->best_metric = value;
+        r->best_update = r->update;
+        r->evals_since_best = 0;
+        r->be->to_host(r->best_params, r->model.params, r->model.lay.total * sizeof(float));
+    } else {
+        r->evals_since_best++;
+    }
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "type", "dev");
+    cJSON_AddNumberToObject(rec, "update", (double)r->update);
+    cJSON_AddNumberToObject(rec, "epoch", r->epoch);
+    cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
+    cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
+    cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
+    cJSON_AddBoolToObject(rec, "best", improved);
+    log_record(r, rec);
+    if (!quiet)
+        fprintf(stderr, "dev   update %ld  loss %.4f  accuracy %.4f  macro-F1 %.4f%s\n", r->update,
+                metrics_loss(&mt), metrics_accuracy(&mt), metrics_macro_f1(&mt),
+                improved ? "  (best, saved model.mha)" : "");
+    metrics_free(&mt);
+    if (improved) return save_checkpoint(r, "model.mha", 0, r->best_params, err);
+    return 0;
+}
+
+static void format_duration(char *out, size_t n, double s) {
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
+    Config *c = r->cfg;
+    ReadOptions ro;
+    read_options(c, &ro);
+    int rc;
+    if (resume) {
+        r->vocab = resume->vocab;
+        r->labels = resume->labels;
+        rc = dataset_load(c->train, &ro, r->vocab, &r->labels, &r->train, err);
+    } else {
+        rc = dataset_load_train(c->train, &ro, c->min_count, c->max_vocab, &r->vocab, &r->labels, &r->train, err);
+    }
+    if (rc) return rc;
+    if (r->train.n == 0) return mha_fail(err, MHA_EXIT_DATA, "%s: no examples (expected labelled lines)", c->train);
+    if (c->dev[0]) {
+        if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
+        r->has_dev = r->dev.n > 0;
+    }
+    if (c->test[0]) {
+        if ((rc = dataset_load(c->test, &ro, r->vocab, &r->labels, &r->test, err))) return rc;
+        r->has_test = r->test.n > 0;
+    }
+    return 0;
+}
+
+static void print_data_stats(Run *r, Batcher *bt) {
+    Config *c = r->cfg;
+    fprintf(stderr, "train %s: %d examples, %ld tokens, %ld empty and %ld over-long lines skipped/truncated\n",
+            c->train, r->train.n, r->train.n_tokens, r->train.n_empty, r->train.n_long);
+    fprintf(stderr, "vocab %d tokens, %d classes:", vocab_size(r->vocab), r->labels.n);
+    for (int k = 0; k < r->labels.n; k++) fprintf(stderr, " %s", r->labels.names[k]);
+    fprintf(stderr, "\n");
+    if (r->has_dev)
+        fprintf(stderr, "dev %s: %d examples, OOV rate %.2f%%\n", c->dev, r->dev.n,
+                r->dev.n_tokens ? 100.0 * r->dev.n_unk / r->dev.n_tokens : 0.0);
+    if (r->has_test) fprintf(stderr, "test %s: %d examples\n", c->test, r->test.n);
+    fprintf(stderr, "batches: %d per epoch, padding %.1f%% of positions%s\n", bt->n_batches,
+            100.0 * batcher_padding_fraction(bt), c->bucket ? " (length-bucketed)" : "");
+}
+
+static void free_run(Run *r, int own_vocab) {
+    adamw_destroy(&r->opt, &r->model);
+    model_destroy(&r->model);
+    dataset_free(&r->train);
+    dataset_free(&r->dev);
+    dataset_free(&r->test);
+    if (own_vocab) {
+        if (r->vocab) vocab_free(r->vocab);
+        labelmap_free(&r->labels);
+    }
+    free(r->best_params);
+    if (r->metrics_log) fclose(r->metrics_log);
+}
+
+int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
+    Run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = cfg;
+    r.best_update = -1;
+    Checkpoint resume = {0};
+    int have_resume = 0, rc = 0;
+    Batcher bt;
+    memset(&bt, 0, sizeof bt);
+
+    if (opt->resume_path) {
+        if ((rc = checkpoint_load(opt->resume_path, &resume, err))) return rc;
+        have_resume = 1;
+        if (!resume.state_json || !resume.adam_m) {
+            checkpoint_free(&resume);
+            return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
+                            "(resume from OUTPUT_DIR/last.mha)", opt->resume_path);
+        }
+        if ((rc = config_from_json(cfg, resume.config_json, "", err))) { checkpoint_free(&resume); return rc; }
+    }
+    if ((rc = select_backend(cfg, &r.be, err))) goto out;
+    if ((rc = lock_output_dir(cfg->out_dir, err))) goto out;
+    char *cj = config_to_json(cfg);
+    fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
+    free(cj);
+    if ((rc = load_data(&r, have_resume ? &resume : NULL, err))) goto out;
+
+    r.add_cls = strcmp(cfg->pooling, "cls") == 0;
+    r.truncate = strcmp(cfg->truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
+    if ((rc = batcher_init(&bt, &r.train, cfg->batch_size, cfg->max_len, r.truncate, r.add_cls,
+                           cfg->bucket, (uint64_t)cfg->seed)) != 0) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "out of memory laying out batches");
+        goto out;
+    }
+    batcher_start_epoch(&bt, 0, 1, 0);
+    print_data_stats(&r, &bt);
+
+    ModelDims d;
+    model_dims_from_config(&d, cfg, vocab_size(r.vocab), r.labels.n);
+    if ((rc = model_create(&r.model, &d, r.be, cfg->batch_size, cfg->max_len, cfg->decay_embeddings,
+                           cfg->decay_norms, err)))
+        goto out;
+    if ((rc = adamw_create(&r.opt, &r.model, err))) goto out;
+    size_t pbytes = r.model.lay.total * sizeof(float);
+    r.best_params = malloc(pbytes);
+    r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;
+    r.total_updates = r.updates_per_epoch * cfg->epochs;
+    if (have_resume) {
+        if (resume.n_params != r.model.lay.total) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint has %zu parameters, the config describes %zu",
+                          opt->resume_path, resume.n_params, r.model.lay.total);
+            goto out;
+        }
+        r.be->to_device(r.model.params, resume.params, pbytes);
+        r.be->to_device(r.opt.m, resume.adam_m, pbytes);
+        r.be->to_device(r.opt.v, resume.adam_v, pbytes);
+        cJSON *st = cJSON_Parse(resume.state_json);
+        r.update = (long)json_num(st, "update", 0);
+        r.epoch = (int)json_num(st, "epoch", 0);
+        r.batch_pos = (int)json_num(st, "batch_pos", 0);
+        r.opt.t = (int)json_num(st, "adam_t", 0);
+        r.best_metric = json_num(st, "best_metric", 0);
+        r.best_update = (long)json_num(st, "best_update", -1);
+        r.evals_since_best = (int)json_num(st, "evals_since_best", 0);
+        r.bad_steps = (int)json_num(st, "bad_steps", 0);
+        r.elapsed_before = json_num(st, "elapsed", 0);
+        cJSON_Delete(st);
+        /* the best parameters so far are in model.mha */
+        char best_path[4300];
+        snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
+        Checkpoint best;
+        MhaError ignore;
+        if (r.best_update >= 0 && checkpoint_load(best_path, &best, &ignore) == 0) {
+            if (best.n_params == r.model.lay.total) memcpy(r.best_params, best.params, pbytes);
+            else r.best_update = -1;
+            checkpoint_free(&best);
+        } else {
+            r.best_update = -1;
+        }
+        fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", opt->resume_path, r.update,
+                r.epoch + 1, r.batch_pos);
+    } else {
+        model_init_params(&r.model, (uint64_t)cfg->seed);
+    }
+    fprintf(stderr, "model: %zu parameters, backend %s, attention %s\n", r.model.lay.total, r.be->name,
+            d.fused_attention ? "fused" : "math");
+
+    char log_path[4300];
+    snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->out_dir);
+    r.metrics_log = fopen(log_path, have_resume ? "a" : "w");
+    if (!r.metrics_log) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot open for writing (%s)", log_path, strerror(errno));
+        goto out;
+    }
+
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    int tty = isatty(fileno(stderr)) && !opt->quiet;
+    double t_start = now_s(), t_last_print = 0;
+    long tokens_window = 0;
+    double t_window = t_start;
+    long start_update = r.update;
+    int stop = 0;
+    long print_every = r.total_updates / 100 > 0 ? r.total_updates / 100 : 1;
+
+    while (r.epoch < cfg->epochs && !stop) {
+        batcher_start_epoch(&bt, r.epoch, 1, r.batch_pos);
+        while (bt.pos < bt.n_batches && !stop) {
+            model_zero_grads(&r.model);
+            double loss_sum = 0;
+            long examples = 0;
+            const Batch *b;
+            for (int k = 0; k < cfg->grad_accum && (b = batcher_next(&bt)) != NULL; k++) {
+                uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
+                loss_sum += model_forward(&r.model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
+                model_backward(&r.model, 1.0f, seed);
+                examples += b->B;
+                tokens_window += b->real_tokens;
+            }
+            r.be->scale(r.model.grads, r.model.lay.total, 1.0f / (float)examples);
+            float lr = schedule_lr(cfg, r.update, r.total_updates);
+            double gnorm = 0;
+            double loss = loss_sum / examples;
+            int skipped = !isfinite(loss) || adamw_step(&r.opt, &r.model, cfg, lr, &gnorm) != 0;
+            r.batch_pos = bt.pos;
+            r.update++;
+            if (skipped) {
+                r.bad_steps++;
+                fprintf(stderr, "%swarning: update %ld: non-finite loss or gradients (loss %g, grad norm %g); "
+                        "update skipped (%d in a row)\n", tty ? "\r\033[K" : "", r.update, loss, gnorm, r.bad_steps);
+                if (r.bad_steps >= cfg->max_bad_steps) {
+                    rc = mha_fail(err, MHA_EXIT_DATA,
+                                  "training diverged: %d non-finite updates in a row at update %ld "
+                                  "(lower train.lr or raise train.warmup; the last good checkpoints in %s are kept)",
+                                  r.bad_steps, r.update, cfg->out_dir);
+                    goto out;
+                }
+            } else {
+                r.bad_steps = 0;
+            }
+            cJSON *rec = cJSON_CreateObject();
+            cJSON_AddStringToObject(rec, "type", "train");
+            cJSON_AddNumberToObject(rec, "update", (double)r.update);
+            cJSON_AddNumberToObject(rec, "epoch", r.epoch + 1);
+            cJSON_AddNumberToObject(rec, "loss", isfinite(loss) ? loss : -1);
+            cJSON_AddNumberToObject(rec, "lr", lr);
+            cJSON_AddNumberToObject(rec, "grad_norm", isfinite(gnorm) ? gnorm : -1);
+            cJSON_AddBoolToObject(rec, "skipped", skipped);
+            log_record(&r, rec);
+
+            double t = now_s();
+            if (!opt->quiet && (r.update % print_every == 0 || tty || r.update == r.total_updates) &&
+                (t - t_last_print > (tty ? 0.2 : 5.0) || r.update == r.total_updates || r.update % (print_every * 10) == 0)) {
+                double tps = tokens_window / (t - t_window > 1e-9 ? t - t_window : 1e-9);
+                double elapsed = r.elapsed_before + (t - t_start);
+                double per_update = (t - t_start) / (double)(r.update - start_update);
+                char el[32], eta[32];
+                format_duration(el, sizeof el, elapsed);
+                format_duration(eta, sizeof eta, per_update * (double)(r.total_updates - r.update));
+                fprintf(stderr, "%sstep %ld/%ld  epoch %d/%d  loss %.4f  lr %.2e  tok/s %.0f  elapsed %s  eta %s%s",
+                        tty ? "\r\033[K" : "", r.update, r.total_updates, r.epoch + 1, cfg->epochs, loss, lr,
+                        tps, el, eta, tty ? "" : "\n");
+                t_last_print = t;
+                tokens_window = 0;
+                t_window = t;
+            }
+            if (r.has_dev && cfg->eval_every > 0 && r.update % cfg->eval_every == 0) {
+                if (tty) fputc('\n', stderr);
+                if ((rc = evaluate_dev(&r, opt->quiet, err))) goto out;
+                if (cfg->patience > 0 && r.evals_since_best >= cfg->patience) stop = 1;
+            }
+            if (g_interrupted || (opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
+        }
+        if (stop == 2) break;
+        if (bt.pos >= bt.n_batches) {  /* epoch finished */
+            r.epoch++;
+            r.batch_pos = 0;
+            if (tty) fputc('\n', stderr);
+            if (r.has_dev && cfg->eval_every == 0) {
+                if ((rc = evaluate_dev(&r, opt->quiet, err))) goto out;
+                if (cfg->patience > 0 && r.evals_since_best >= cfg->patience) {
+                    fprintf(stderr, "early stopping: no improvement in %d evaluations\n", cfg->patience);
+                    stop = 1;
+                }
+            }
+        }
+        r.elapsed_before += now_s() - t_start;
+        t_start = now_s();
+        start_update = r.update;
+        if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
+    }
+    if (stop == 2) {
+        if (tty) fputc('\n', stderr);
+        r.elapsed_before += now_s() - t_start;
+        if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
+        fprintf(stderr, "%s at update %ld: saved %s/last.mha (continue with --resume %s/last.mha)\n",
+                g_interrupted ? "interrupted" : "stopped", r.update, cfg->out_dir, cfg->out_dir);
+        rc = g_interrupted ? 130 : 0;
+        goto out;
+    }
+    /* No dev set: the final parameters are the model. */
+    if (!r.has_dev) {
+        r.be->to_host(r.best_params, r.model.params, pbytes);
+        r.best_update = r.update;
+        if ((rc = save_checkpoint(&r, "model.mha", 0, r.best_params, err))) goto out;
+    }
+    fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
+            r.update, r.elapsed_before, r.best_update, cfg->out_dir);
+    if (r.has_test && r.best_update >= 0) {
+        r.be->to_device(r.model.params, r.best_params, pbytes);
+        Metrics mt;
+        evaluate_dataset(&r.model, &r.test, cfg->batch_size, cfg->max_len, r.truncate, r.add_cls, &mt);
+        printf("test %s (best model):\n", cfg->test);
+        metrics_print(&mt, r.labels.names, stdout);
+        cJSON *rec = cJSON_CreateObject();
+        cJSON_AddStringToObject(rec, "type", "test");
+        cJSON_AddNumberToObject(rec, "update", (double)r.best_update);
+        cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
+        cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
+        cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
+        log_record(&r, rec);
+        metrics_free(&mt);
+    }
+out:
+    batcher_free(&bt);
+    free_run(&r, !have_resume);
+    if (have_resume) checkpoint_free(&resume);
+    return rc;
+}

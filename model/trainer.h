@@ -1,0 +1,23 @@
+/* model/trainer.h: the training run behind mha-train: data, model, AdamW with warmup
+ * and decay, gradient accumulation and clipping, dev evaluation, best-model and
+ * last-state checkpoints, exact resume, early stopping, the final test report. */
+#ifndef MHA_MODEL_TRAINER_H
+#define MHA_MODEL_TRAINER_H
+
+#include "kernels/backend.h"
+#include "model/config.h"
+
+typedef struct {
+    const char *resume_path;   /* last.mha to continue from, or NULL */
+    long max_steps;            /* stop (saving last.mha) after this many updates in total; 0 = no limit */
+    int quiet;                 /* no progress lines */
+} TrainOptions;
+
+/* Runs training. Returns 0, MHA_EXIT_DATA (runtime/data error) or MHA_EXIT_USAGE with err
+ * filled, or 130 after Ctrl-C (last.mha saved). */
+int train_run(Config *cfg, const TrainOptions *opt, MhaError *err);
+
+/* The backend a config asks for (train.device, train.threads, train.tf32). */
+int select_backend(const Config *cfg, const Backend **be, MhaError *err);
+
+#endif

@@ -1,0 +1,681 @@
+#!/usr/bin/python3
+"""scripts/bench_torch.py: the PyTorch reference for the benchmarks, and the small helpers
+scripts/bench-train and scripts/bench-predict need. Run with Debian's python3-torch:
+/usr/bin/python3 scripts/bench_torch.py SUBCOMMAND ...
+
+  train    --batches F.bin [--threads N] [--state-out S.pt] [--json OUT]
+           Builds the model of docs/model.md in float32 eager PyTorch from F.bin.json (the
+           resolved config written by tests/bench/export_batches), trains it on the exported
+           batches in the exported order (every epoch, grad_accum, warmup + decay, clipping,
+           AdamW with decay only on linear weights, the same dropout), evaluates dev after
+           every epoch, keeps the best by train.metric, evaluates test on the best, like
+           mha-train does. Reports real (non-padding) tokens/s and accuracy.
+  predict  --batches P.bin [--state S.pt] [--threads N] [--json OUT]
+           Inference under torch.no_grad() over the exported prediction batches
+           (probabilities and arg-max of every line); lines/s of the forward loop.
+  measure  --out M.json -- CMD ARGS...
+           Runs CMD; writes its wall time and peak RSS (resource.getrusage(RUSAGE_CHILDREN)
+           .ru_maxrss; this helper is a fresh process, so that is CMD's own peak).
+  chars    IN OUT [--text-only] [--limit N]
+           TSV label<TAB>text (or one text per line with --text-only) -> fastText input:
+           "__label__L c h a r s" (characters separated by spaces, whitespace dropped).
+  score    --pred PRED --gold TSV [--json OUT]
+           Accuracy and macro-F1 of fastText's predicted labels (__label__L per line).
+  stats    --batches F.bin [--json OUT]
+           Epochs, examples, batches and real tokens of the exported file.
+  report   ...   (see report_main): the final table and JSON of bench-train / bench-predict.
+
+Threads: torch.set_num_threads(N); run it with OMP_WAIT_POLICY=PASSIVE (the scripts do).
+"""
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------
+# The exported batches (layout: tests/bench/export_batches.c)
+
+KIND_NAMES = {0: "train", 1: "dev", 2: "test", 3: "predict"}
+
+
+class BatchFile:
+    """Index of an export_batches file; batches are read from disk one at a time so that
+    the whole file never sits in memory (it would inflate the peak RSS)."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            if f.read(8) != b"MHABATCH":
+                sys.exit(f"bench_torch: {path}: not an export_batches file")
+            h = np.fromfile(f, dtype="<i4", count=16)
+            (self.version, self.vocab, self.classes, self.max_len, self.batch_size, self.epochs,
+             self.pad, self.add_cls, self.padded, n_sections) = [int(x) for x in h[:10]]
+            if self.version != 1:
+                sys.exit(f"bench_torch: {path}: layout version {self.version}, expected 1")
+            self.sections = []   # (kind, index, [(offset, B, T), ...], n_examples)
+            pos = 8 + 16 * 4
+            for _ in range(n_sections):
+                f.seek(pos)
+                kind, index, nb, nex = [int(x) for x in np.fromfile(f, dtype="<i4", count=4)]
+                pos += 16
+                batches = []
+                for _ in range(nb):
+                    f.seek(pos)
+                    B, T = [int(x) for x in np.fromfile(f, dtype="<i4", count=2)]
+                    batches.append((pos + 8, B, T))
+                    pos += 8 + 4 * (B * T + 2 * B)
+                self.sections.append((kind, index, batches, nex))
+        with open(path + ".json") as f:
+            self.config = json.load(f)
+
+    def section(self, kind, index=0):
+        for k, i, b, n in self.sections:
+            if k == kind and (kind != 0 or i == index):
+                return b, n
+        return None, 0
+
+    def read(self, f, entry):
+        off, B, T = entry
+        f.seek(off)
+        a = np.fromfile(f, dtype="<i4", count=B * T + 2 * B)
+        return a[:B * T].reshape(B, T), a[B * T:B * T + B], a[B * T + B:]
+
+    def lengths(self, entries, f):
+        for e in entries:
+            yield self.read(f, e)[1]
+
+
+# ---------------------------------------------------------------------------------------
+# The model of docs/model.md
+
+def build_model(torch, cfg, V, K, P):
+    nn = torch.nn
+    F = torch.nn.functional
+    m = cfg["model"]
+    C, NH, FF, L = m["d_model"], m["n_heads"], m["d_ff"], m["n_layers"]
+    HS = C // NH
+    drop, adrop = m["dropout"], m["attn_dropout"]
+    gelu = m["activation"] == "gelu"
+    pre = m["norm"] == "pre"
+    causal = bool(m["causal"])
+    pooling = m["pooling"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(C, 3 * C)     # rows [0,C) q, [C,2C) k, [2C,3C) v
+            self.proj = nn.Linear(C, C)
+            self.ln1 = nn.LayerNorm(C, eps=1e-5)
+            self.fc1 = nn.Linear(C, FF)
+            self.fc2 = nn.Linear(FF, C)
+            self.ln2 = nn.LayerNorm(C, eps=1e-5)
+            self.drop = nn.Dropout(drop)
+            self.adrop = nn.Dropout(adrop)
+
+        def attn(self, x, masked):
+            B, T, _ = x.shape
+            q, k, v = self.qkv(x).split(C, dim=2)
+            q = q.view(B, T, NH, HS).transpose(1, 2)        # (B, NH, T, HS)
+            k = k.view(B, T, NH, HS).transpose(1, 2)
+            v = v.view(B, T, NH, HS).transpose(1, 2)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(HS)  # (B, NH, T, T)
+            scores = scores.masked_fill(masked, float("-inf"))
+            p = self.adrop(F.softmax(scores, dim=-1))
+            # every example has >= 1 real token, so no query row is fully masked (no NaN)
+            y = (p @ v).transpose(1, 2).contiguous().view(B, T, C)
+            return self.proj(y)
+
+        def ffn(self, x):
+            h = self.fc1(x)
+            return self.fc2(F.gelu(h) if gelu else F.relu(h))
+
+        def forward(self, x, masked):
+            if pre:
+                x = x + self.drop(self.attn(self.ln1(x), masked))
+                return x + self.drop(self.ffn(self.ln2(x)))
+            x = self.ln1(x + self.drop(self.attn(x, masked)))
+            return self.ln2(x + self.drop(self.ffn(x)))
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb = nn.Embedding(V, C)
+            if m["position"] == "learned":
+                self.pos_emb = nn.Embedding(P, C)
+            else:
+                t = torch.arange(P, dtype=torch.float64)[:, None]
+                i = torch.arange(0, C, 2, dtype=torch.float64)
+                freq = torch.pow(10000.0, -i / C)
+                pe = torch.zeros(P, C, dtype=torch.float64)
+                pe[:, 0::2] = torch.sin(t * freq)
+                pe[:, 1::2] = torch.cos(t * freq)[:, :C // 2]
+                self.register_buffer("pe", pe.float())
+                self.pos_emb = None
+            self.drop = nn.Dropout(drop)
+            self.layers = nn.ModuleList([Block() for _ in range(L)])
+            self.lnf = nn.LayerNorm(C, eps=1e-5) if pre else None
+            self.head = nn.Linear(C, K)
+
+        def forward(self, ids, lengths):
+            B, T = ids.shape
+            pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.pe[:T]
+            x = self.drop(self.tok_emb(ids) + pos)
+            valid = torch.arange(T)[None, :] < lengths[:, None]              # (B, T)
+            masked = ~valid[:, None, None, :]                                  # keys j >= len
+            if causal:
+                masked = masked | torch.ones(T, T, dtype=torch.bool).triu(1)
+            for blk in self.layers:
+                x = blk(x, masked)
+            if self.lnf is not None:
+                x = self.lnf(x)
+            if pooling == "mean":
+                pooled = (x * valid[:, :, None]).sum(1) / lengths[:, None]
+            elif pooling == "cls":
+                pooled = x[:, 0]
+            else:
+                pooled = x.masked_fill(~valid[:, :, None], float("-inf")).max(1).values
+            return self.head(pooled)
+
+    return Classifier()
+
+
+def param_groups(model, cfg):
+    """AdamW groups: decay on linear weights (and embeddings / norms when configured)."""
+    t = cfg["train"]
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        linear_w = name.endswith(".weight") and any(s in name for s in ("qkv", "proj", "fc1", "fc2", "head"))
+        emb = name.startswith(("tok_emb", "pos_emb"))
+        norm = any(s in name for s in ("ln1", "ln2", "lnf"))
+        if linear_w or (emb and t["decay_embeddings"]) or (norm and t["decay_norms"]):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [{"params": decay, "weight_decay": t["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def schedule_lr(t, u, total):
+    """model/optimizer.c schedule_lr."""
+    w = int(round(t["warmup"] * total)) if t["warmup"] < 1 else int(t["warmup"])
+    if u < w:
+        return t["lr"] * (u + 1) / w
+    p = min(1.0, (u - w) / max(1, total - w))
+    r = t["min_lr_ratio"]
+    if t["decay"] == "linear":
+        f = r + (1 - r) * (1 - p)
+    elif t["decay"] == "cosine":
+        f = r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p))
+    else:
+        f = 1.0
+    return t["lr"] * f
+
+
+def metrics_of(K, gold, pred, loss_sum=0.0):
+    gold = np.asarray(gold)
+    pred = np.asarray(pred)
+    n = len(gold)
+    acc = float((gold == pred).mean()) if n else 0.0
+    f1s = []
+    for k in range(K):
+        tp = int(((gold == k) & (pred == k)).sum())
+        s = int((gold == k).sum())
+        pk = int((pred == k).sum())
+        if s == 0 and pk == 0:
+            continue
+        p = tp / pk if pk else 0.0
+        r = tp / s if s else 0.0
+        f1s.append(2 * p * r / (p + r) if p + r > 0 else 0.0)
+    return {"accuracy": acc, "macro_f1": float(np.mean(f1s)) if f1s else 0.0,
+            "loss": loss_sum / n if n else 0.0, "n": n}
+
+
+def evaluate(torch, model, bf, f, entries, K):
+    F = torch.nn.functional
+    model.eval()
+    gold, pred, loss_sum = [], [], 0.0
+    with torch.no_grad():
+        for e in entries:
+            ids, lengths, labels = bf.read(f, e)
+            logits = model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long())
+            y = torch.from_numpy(labels).long()
+            loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+            gold.extend(labels.tolist())
+            pred.extend(logits.argmax(1).tolist())
+    model.train()
+    return metrics_of(K, gold, pred, loss_sum)
+
+
+def useful_flops(cfg, lengths_iter, K):
+    """Forward matmul FLOPs on the real tokens only (linear layers 2*tokens*weights,
+    attention 4*len^2*C per layer), the same for every layout of the same examples."""
+    m = cfg["model"]
+    C, FF, L = m["d_model"], m["d_ff"], m["n_layers"]
+    per_token = 2 * L * (4 * C * C + 2 * C * FF)
+    tok = sq = ex = 0
+    for lens in lengths_iter:
+        lens = lens.astype(np.int64)
+        tok += int(lens.sum())
+        sq += int((lens * lens).sum())
+        ex += len(lens)
+    return per_token * tok + 4 * L * C * sq + 2 * ex * C * K
+
+
+def train_main(args):
+    import torch
+    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state-out": "", "--json": ""})
+    torch.set_num_threads(int(a["--threads"]))
+    bf = BatchFile(a["--batches"])
+    cfg = bf.config
+    t = cfg["train"]
+    torch.manual_seed(t["seed"])
+    model = build_model(torch, cfg, bf.vocab, bf.classes, bf.max_len)
+    opt = torch.optim.AdamW(param_groups(model, cfg), lr=t["lr"], betas=(t["beta1"], t["beta2"]),
+                            eps=t["adam_eps"])
+    params = [p for p in model.parameters()]
+    F = torch.nn.functional
+    ga = t["grad_accum"]
+    epochs = bf.epochs
+    per_epoch = [len(bf.section(0, e)[0]) for e in range(epochs)]
+    total = sum((n + ga - 1) // ga for n in per_epoch)
+    dev, _ = bf.section(1)
+    test, _ = bf.section(2)
+    metric = t["metric"]
+    ls = t["label_smoothing"]
+    best, best_state, best_epoch = None, None, -1
+    update, real_tokens, skipped = 0, 0, 0
+    train_s = eval_s = 0.0
+    epoch_s, epoch_log = [], []
+    f = open(bf.path, "rb")
+    model.train()
+    for e in range(epochs):
+        entries, _ = bf.section(0, e)
+        t0 = time.perf_counter()
+        loss_epoch, ex_epoch = 0.0, 0
+        i = 0
+        while i < len(entries):
+            opt.zero_grad(set_to_none=True)
+            micro = entries[i:i + ga]
+            i += ga
+            examples = sum(b[1] for b in micro)
+            loss_sum = 0.0
+            for entry in micro:
+                ids, lengths, labels = bf.read(f, entry)
+                real_tokens += int(lengths.sum())
+                logits = model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long())
+                loss = F.cross_entropy(logits, torch.from_numpy(labels).long(), reduction="sum",
+                                       label_smoothing=ls)
+                (loss / examples).backward()
+                loss_sum += float(loss)
+            for g in opt.param_groups:
+                g["lr"] = schedule_lr(t, update, total)
+            norm = torch.nn.utils.clip_grad_norm_(params, t["clip_norm"] if t["clip_norm"] > 0 else float("inf"))
+            if math.isfinite(loss_sum) and math.isfinite(float(norm)):
+                opt.step()
+            else:
+                skipped += 1
+            update += 1
+            loss_epoch += loss_sum
+            ex_epoch += examples
+        t1 = time.perf_counter()
+        train_s += t1 - t0
+        rec = {"epoch": e + 1, "train_loss": loss_epoch / max(1, ex_epoch), "train_s": t1 - t0}
+        if dev:
+            md = evaluate(torch, model, bf, f, dev, bf.classes)
+            value = -md["loss"] if metric == "loss" else md[metric]
+            if best is None or value > best:
+                best, best_epoch = value, e + 1
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            rec.update({"dev_" + k: v for k, v in md.items()})
+        t2 = time.perf_counter()
+        eval_s += t2 - t1
+        rec["epoch_s"] = t2 - t0
+        epoch_s.append(t2 - t0)
+        epoch_log.append(rec)
+        print(f"torch epoch {e + 1}/{epochs}: train loss {rec['train_loss']:.4f}"
+              + (f"  dev accuracy {rec['dev_accuracy']:.4f}  macro-F1 {rec['dev_macro_f1']:.4f}" if dev else "")
+              + f"  {rec['epoch_s']:.1f} s", file=sys.stderr, flush=True)
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    result = {
+        "system": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "batches": bf.path, "padded": bool(bf.padded), "epochs": epochs, "updates": update,
+        "skipped_updates": skipped, "real_tokens": real_tokens,
+        "train_s": train_s, "dev_eval_s": eval_s, "total_s": train_s + eval_s,
+        "epoch_s": epoch_s, "epochs_log": epoch_log, "best_epoch": best_epoch,
+        "tokens_per_s": real_tokens / (train_s + eval_s),
+        "tokens_per_s_train_only": real_tokens / train_s,
+        "useful_flops_per_epoch": useful_flops(cfg, bf.lengths(bf.section(0, 0)[0], f), bf.classes) * 3,
+    }
+    if test:
+        result["test"] = evaluate(torch, model, bf, f, test, bf.classes)
+        print(f"torch test: accuracy {result['test']['accuracy']:.4f}  macro-F1 {result['test']['macro_f1']:.4f}",
+              file=sys.stderr)
+    f.close()
+    result["peak_rss_kib_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if a["--state-out"]:
+        torch.save(model.state_dict(), a["--state-out"])
+    write_json(a["--json"], result)
+
+
+def predict_main(args):
+    import torch
+    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state": "", "--json": ""})
+    torch.set_num_threads(int(a["--threads"]))
+    bf = BatchFile(a["--batches"])
+    cfg = bf.config
+    torch.manual_seed(cfg["train"]["seed"])
+    model = build_model(torch, cfg, bf.vocab, bf.classes, bf.max_len)
+    if a["--state"]:
+        model.load_state_dict(torch.load(a["--state"]))
+    model.eval()
+    entries, n = bf.section(3)
+    if entries is None:
+        sys.exit(f"bench_torch: {bf.path}: no prediction section (export with --predict)")
+    f = open(bf.path, "rb")
+    lines = 0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for e in entries:
+            ids, lengths, _ = bf.read(f, e)
+            probs = torch.softmax(model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long()), dim=1)
+            top = probs.max(1)
+            lines += len(top.values)
+    secs = time.perf_counter() - t0
+    f.close()
+    result = {"system": "pytorch", "batches": bf.path, "padded": bool(bf.padded), "lines": lines,
+              "batch_size": bf.batch_size, "threads": torch.get_num_threads(), "forward_s": secs,
+              "lines_per_s": lines / secs,
+              "peak_rss_kib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    print(f"torch predict: {lines} lines in {secs:.2f} s, {lines / secs:.0f} lines/s", file=sys.stderr)
+    write_json(a["--json"], result)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+def parse_opts(args, spec):
+    out = dict(spec)
+    i = 0
+    while i < len(args):
+        if args[i] not in spec or i + 1 >= len(args):
+            sys.exit(f"bench_torch: unexpected argument {args[i]!r} (expected {' '.join(spec)})")
+        out[args[i]] = args[i + 1]
+        i += 2
+    for k, v in out.items():
+        if v is None:
+            sys.exit(f"bench_torch: {k} is required")
+    return out
+
+
+def write_json(path, obj):
+    s = json.dumps(obj, indent=1, ensure_ascii=False)
+    if path:
+        with open(path, "w") as f:
+            f.write(s + "\n")
+    else:
+        print(s)
+
+
+def measure_main(args):
+    if "--" not in args:
+        sys.exit("usage: bench_torch.py measure --out M.json -- CMD ARGS...")
+    k = args.index("--")
+    a = parse_opts(args[:k], {"--out": None})
+    cmd = args[k + 1:]
+    t0 = time.perf_counter()
+    rc = subprocess.call(cmd)
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    write_json(a["--out"], {"cmd": cmd, "rc": rc, "wall_s": wall, "peak_rss_kib": ru.ru_maxrss,
+                            "user_s": ru.ru_utime, "sys_s": ru.ru_stime})
+    sys.exit(rc)
+
+
+def chars_main(args):
+    text_only = "--text-only" in args
+    args = [x for x in args if x != "--text-only"]
+    limit = -1
+    if "--limit" in args:
+        i = args.index("--limit")
+        limit = int(args[i + 1])
+        del args[i:i + 2]
+    src, dst = args
+    n = chars = 0
+    with open(src, encoding="utf-8", errors="replace") as fi, open(dst, "w", encoding="utf-8") as fo:
+        for line in fi:
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            if text_only:
+                label, text = None, line
+            else:
+                label, _, text = line.partition("\t")
+            toks = [c for c in text if not c.isspace()]
+            chars += len(toks)
+            fo.write((f"__label__{label} " if label is not None else "") + " ".join(toks) + "\n")
+            n += 1
+            if n == limit:
+                break
+    print(json.dumps({"lines": n, "tokens": chars}))
+
+
+def stats_main(args):
+    a = parse_opts(args, {"--batches": None, "--json": ""})
+    bf = BatchFile(a["--batches"])
+    out = {"batches": bf.path, "padded": bool(bf.padded), "epochs": bf.epochs, "batch_size": bf.batch_size,
+           "max_len": bf.max_len, "vocab": bf.vocab, "classes": bf.classes}
+    with open(bf.path, "rb") as f:
+        for kind, index, entries, n in bf.sections:
+            if kind == 0 and index > 0:
+                continue
+            name = KIND_NAMES[kind]
+            tok = sum(int(l.sum()) for l in bf.lengths(entries, f))
+            pos = sum(B * T for _, B, T in entries)
+            out[name] = {"examples": n, "batches": len(entries), "real_tokens": tok, "positions": pos,
+                         "padding": 1 - tok / pos if pos else 0.0}
+    if "train" in out:
+        out["real_tokens_per_epoch"] = out["train"]["real_tokens"]
+    write_json(a["--json"], out)
+
+
+def score_main(args):
+    a = parse_opts(args, {"--pred": None, "--gold": None, "--json": ""})
+    gold_names = []
+    with open(a["--gold"], encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n").rstrip("\r")
+            if line.strip():
+                gold_names.append(line.partition("\t")[0])
+    with open(a["--pred"], encoding="utf-8") as f:
+        pred_names = [l.strip().split(" ")[0].replace("__label__", "", 1) for l in f]
+    if len(pred_names) != len(gold_names):
+        sys.exit(f"bench_torch: {len(pred_names)} predictions for {len(gold_names)} gold labels")
+    names = sorted(set(gold_names) | set(pred_names))
+    idx = {n: i for i, n in enumerate(names)}
+    write_json(a["--json"], metrics_of(len(names), [idx[g] for g in gold_names], [idx[p] for p in pred_names]))
+
+
+# ---------------------------------------------------------------------------------------
+# Reports
+
+def load(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def fmt(v, spec):
+    return "—" if v is None else format(v, spec)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}×" if a and b else "—"
+
+
+def mha_train_result(d):
+    """mha-train's numbers from its log, metrics.jsonl and the measure wrapper."""
+    r = {"system": "mha"}
+    m = load(os.path.join(d, "measure.json"), {})
+    r["wall_s"] = m.get("wall_s")
+    r["peak_rss_kib"] = m.get("peak_rss_kib")
+    r["rc"] = m.get("rc")
+    try:
+        with open(os.path.join(d, "train.log"), encoding="utf-8", errors="replace") as f:
+            log = f.read().splitlines()
+    except OSError:
+        log = []
+    tps = []
+    for line in log:
+        if line.startswith("training done:"):
+            parts = line.split()
+            r["updates"] = int(parts[2])
+            r["total_s"] = float(parts[5])
+        if line.startswith("step ") and " tok/s " in line:
+            tps.append(float(line.split(" tok/s ")[1].split()[0]))
+    if tps:
+        r["progress_tok_s_median"] = float(np.median(tps))
+    try:
+        with open(os.path.join(d, "out", "metrics.jsonl")) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("type") == "test":
+                    r["test"] = {k: rec[k] for k in ("accuracy", "macro_f1", "loss")}
+    except OSError:
+        pass
+    return r
+
+
+def report_main(args):
+    """report train|predict --work DIR --datasets a,b --out-json F --out-md F [--threads N]
+    [--meta k=v ...]: the final table (markdown) and JSON from the results under DIR/<dataset>/."""
+    mode = args[0]
+    a = {"--work": None, "--datasets": None, "--out-json": None, "--out-md": None, "--threads": "2"}
+    meta = {}
+    i = 1
+    while i < len(args):
+        if args[i] == "--meta":
+            k, _, v = args[i + 1].partition("=")
+            meta[k] = v
+        elif args[i] in a:
+            a[args[i]] = args[i + 1]
+        else:
+            sys.exit(f"bench_torch: report: unexpected {args[i]!r}")
+        i += 2
+    out = {"meta": meta, "datasets": {}}
+    md = []
+    if mode == "train":
+        md.append("| dataset | system | train tok/s (real) | s/epoch | peak RSS MiB | test accuracy | "
+                  "predict lines/s | mha ÷ row (train tok/s, predict lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    else:
+        md.append("| dataset | system | lines/s | timed s | peak RSS MiB | mha ÷ row (lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|")
+    for ds in a["--datasets"].split(","):
+        w = os.path.join(a["--work"], ds)
+        rows = []
+        pred = {
+            "mha": load(os.path.join(w, "pred", "mha.measure.json")),
+            "torch_same": load(os.path.join(w, "pred", "torch_same.json")),
+            "torch_articles": load(os.path.join(w, "pred", "torch_articles.json")),
+            "fasttext": load(os.path.join(w, "pred", "fasttext.measure.json")),
+        }
+        pinfo = load(os.path.join(w, "pred", "info.json"), {})
+        nlines = pinfo.get("lines")
+
+        def pred_lps(key):
+            p = pred[key]
+            if not p:
+                return None
+            if "lines_per_s" in p:
+                return p["lines_per_s"]
+            return nlines / p["wall_s"] if nlines and p.get("wall_s") and p.get("rc") == 0 else None
+
+        if mode == "train":
+            info = load(os.path.join(w, "info.json"), {})
+            tokens = info.get("real_tokens_per_epoch")
+            epochs = info.get("epochs")
+            mha = mha_train_result(os.path.join(w, "mha"))
+            if mha.get("total_s") and tokens:
+                mha["tokens_per_s"] = tokens * epochs / mha["total_s"]
+                mha["epoch_s"] = mha["total_s"] / epochs
+            ts = load(os.path.join(w, "torch_same", "result.json"), {})
+            ts.update({"wall_s": load(os.path.join(w, "torch_same", "measure.json"), {}).get("wall_s"),
+                       "peak_rss_kib": load(os.path.join(w, "torch_same", "measure.json"), {}).get("peak_rss_kib")})
+            ta = load(os.path.join(w, "torch_articles", "result.json"), {})
+            ta.update({"wall_s": load(os.path.join(w, "torch_articles", "measure.json"), {}).get("wall_s"),
+                       "peak_rss_kib": load(os.path.join(w, "torch_articles", "measure.json"), {}).get("peak_rss_kib")})
+            for t in (ts, ta):
+                if t.get("epoch_s"):
+                    t["epoch_s_mean"] = float(np.mean(t["epoch_s"]))
+            ftm = load(os.path.join(w, "fasttext", "measure.json"), {})
+            fti = load(os.path.join(w, "fasttext", "info.json"), {})
+            ft = {"system": "fasttext", "wall_s": ftm.get("wall_s"), "peak_rss_kib": ftm.get("peak_rss_kib"),
+                  "rc": ftm.get("rc"), "test": load(os.path.join(w, "fasttext", "test_scores.json")),
+                  "epochs": fti.get("epochs"), "tokens_per_epoch": fti.get("tokens")}
+            if ft["wall_s"] and fti.get("tokens") and ft["rc"] == 0:
+                ft["tokens_per_s"] = fti["tokens"] * fti["epochs"] / ft["wall_s"]
+                ft["epoch_s"] = ft["wall_s"] / fti["epochs"]
+            flops = ts.get("useful_flops_per_epoch")
+            systems = [("mha", mha, mha.get("tokens_per_s"), mha.get("epoch_s"), "mha"),
+                       ("PyTorch eager (same batches)", ts, ts.get("tokens_per_s"), ts.get("epoch_s_mean"), "torch_same"),
+                       ("PyTorch eager (articles' style: random batches padded to max_len)", ta,
+                        ta.get("tokens_per_s"), ta.get("epoch_s_mean"), "torch_articles"),
+                       ("fastText (chars, -wordNgrams 2, 25 epochs)", ft, ft.get("tokens_per_s"), ft.get("epoch_s"),
+                        "fasttext")]
+            mha_tps, mha_lps = mha.get("tokens_per_s"), pred_lps("mha")
+            for name, r, tps, eps, key in systems:
+                lps = pred_lps(key)
+                acc = (r.get("test") or {}).get("accuracy")
+                rss = r.get("peak_rss_kib")
+                if flops and tps and key != "fasttext" and tokens:
+                    r["useful_gflops_per_s"] = flops * epochs / (tokens * epochs / tps) / 1e9
+                r["predict"] = pred[key]
+                r["predict_lines_per_s"] = lps
+                rows.append(r)
+                md.append(f"| {ds} | {name} | {fmt(tps, ',.0f')} | {fmt(eps, '.1f')} | "
+                          f"{fmt(rss / 1024 if rss else None, '.0f')} | {fmt(acc, '.4f')} | {fmt(lps, ',.0f')} | "
+                          f"{ratio(mha_tps, tps)}, {ratio(mha_lps, lps)} |")
+            out["datasets"][ds] = {"info": info, "predict_info": pinfo,
+                                   "systems": {k: r for (_, r, _, _, k) in systems}}
+        else:
+            names = [("mha", "mha-predict (end to end: read, tokenize, forward, write)"),
+                     ("torch_same", "PyTorch eager no_grad (same batches, forward only)"),
+                     ("torch_articles", "PyTorch eager no_grad (padded to max_len, forward only)"),
+                     ("fasttext", "fasttext predict (end to end, 1 thread)")]
+            mha_lps = pred_lps("mha")
+            for key, name in names:
+                p = pred[key] or {}
+                lps = pred_lps(key)
+                wall = p.get("forward_s", p.get("wall_s"))
+                rss = p.get("peak_rss_kib")
+                md.append(f"| {ds} | {name} | {fmt(lps, ',.0f')} | {fmt(wall, '.2f')} | "
+                          f"{fmt(rss / 1024 if rss else None, '.0f')} | {ratio(mha_lps, lps)} |")
+                p["lines_per_s"] = lps
+            out["datasets"][ds] = {"predict_info": pinfo, "systems": pred}
+    text = "\n".join(md) + "\n"
+    with open(a["--out-md"], "w", encoding="utf-8") as f:
+        f.write(text)
+    write_json(a["--out-json"], out)
+    print(text, end="")
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"train": train_main, "predict": predict_main, "measure": measure_main, "chars": chars_main,
+     "score": score_main, "stats": stats_main, "report": report_main}.get(cmd, lambda _: sys.exit(f"bench_torch: unknown {cmd!r}"))(args)
+
+
+if __name__ == "__main__":
+    main()

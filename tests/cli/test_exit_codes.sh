@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tests/cli/test_exit_codes.sh: usage errors exit 2, data/runtime errors exit 1, each with
+# a message that names the file (and line) and what was expected.
+source "$(dirname "$0")/lib.sh" "$@"
+expect_exit 2 "missing --config" "$TRAIN"
+expect_exit 2 "unknown argument" "$TRAIN" --bogus
+expect_exit 0 "" "$TRAIN" --help
+expect_exit 2 "did you mean 'train.lr'" "$TRAIN" --config configs/demo.json --set train.lrr=1
+expect_exit 2 "train.lr" "$TRAIN" --config configs/demo.json --set train.lr=-1
+expect_exit 2 "n_heads" "$TRAIN" --config configs/demo.json --set model.n_heads=3
+expect_exit 2 "cannot read config|No such file" "$TRAIN" --config "$TMP/none.json"
+printf 'a\tgood line\nno tab here\n' >"$TMP/bad.tsv"
+tiny_config "$TMP/c.json" "$TMP/out"
+expect_exit 1 "bad.tsv:2:" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/bad.tsv" --set data.format=tsv --quiet
+expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --quiet
+expect_exit 2 "missing --model" "$PREDICT"
+expect_exit 2 "top-k" "$PREDICT" --model x --top-k 0
+expect_exit 1 "nothere.mha" "$PREDICT" --model "$TMP/nothere.mha"
+printf 'not a checkpoint at all, just text\n' >"$TMP/fake.mha"
+expect_exit 1 "not an mha checkpoint" "$PREDICT" --model "$TMP/fake.mha"
+: >"$TMP/empty.mha"
+expect_exit 1 "too short" "$PREDICT" --model "$TMP/empty.mha"
+finish

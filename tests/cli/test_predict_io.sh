@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# tests/cli/test_predict_io.sh: mha-predict output formats, order, stdin streaming,
+# training-format input (label ignored), empty lines, --eval --json keys.
+source "$(dirname "$0")/lib.sh" "$@"
+tiny_config "$TMP/c.json" "$TMP/m" ', "epochs": 1'
+"$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
+M="$TMP/m/model.mha"
+cut -f2 data/sample/dev.tsv >"$TMP/plain.txt"
+n=$(wc -l <"$TMP/plain.txt")
+"$PREDICT" --model "$M" "$TMP/plain.txt" >"$TMP/p1" || fail "predict on a file"
+[ "$(wc -l <"$TMP/p1")" = "$n" ] || fail "expected $n output lines"
+"$PREDICT" --model "$M" - <"$TMP/plain.txt" >"$TMP/p2" || fail "predict on stdin"
+cmp -s "$TMP/p1" "$TMP/p2" || fail "stdin and file outputs differ"
+"$PREDICT" --model "$M" data/sample/dev.tsv >"$TMP/p3" || fail "predict on TSV input"
+cmp -s "$TMP/p1" "$TMP/p3" || fail "labels in the input changed the predictions"
+# order: reversed input gives reversed output
+tac "$TMP/plain.txt" | "$PREDICT" --model "$M" >"$TMP/p4"
+cmp -s <(tac "$TMP/p1") "$TMP/p4" || fail "output order does not follow input order"
+awk -F'\t' 'NF != 2 || $2 < 0 || $2 > 1 {bad=1} END {exit bad}' "$TMP/p1" || fail "tsv output is not label<TAB>prob"
+"$PREDICT" --model "$M" --top-k 3 "$TMP/plain.txt" | awk -F'\t' 'NF != 6 || $2 < $4 || $4 < $6 {bad=1} END {exit bad}' \
+  || fail "--top-k 3 does not give 3 pairs in descending probability"
+printf '今天天气很好\n\n\n' | "$PREDICT" --model "$M" >"$TMP/p5"
+[ "$(wc -l <"$TMP/p5")" = 3 ] || fail "empty lines must still get one output line each"
+"$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" | head -1 | grep -qE '^\{"label":"[^"]+","prob":[0-9.e-]+,"top":\[\{' \
+  || fail "jsonl output shape"
+json=$("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json)
+for k in accuracy macro_f1 per_class confusion '"n"'; do grep -q "$k" <<<"$json" || fail "--eval --json lacks $k"; done
+"$PREDICT" --model "$M" --eval data/sample/dev.tsv | grep -q "confusion matrix" || fail "text report lacks the confusion matrix"
+finish

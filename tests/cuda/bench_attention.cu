@@ -1,0 +1,279 @@
+/* tests/cuda/bench_attention.cu: times our attention (fused and materialising, fp32) the way
+ * scripts/bench-attention-gpu.py times PyTorch's SDPA, and dumps small cases for that script
+ * to check against a float64 reference.
+ *
+ *   bench_attention [--tokens 32768] [--hs 64] [--nh 8] [--T 128,512,2048,8192] [--causal 0|1]
+ *                   [--no-math] [--dump FILE] [--budget-ms 400]
+ *
+ * Per T: B = tokens / T examples, lengths[b] = T/2 + floor(u * (T - T/2 + 1)) with
+ * u = mha_rng_uniform(7, b) (the Python side computes the same lengths). FLOPs count real
+ * tokens only: forward 4 * L^2 * HS per (example, head) (L(L+1)/2 instead of L^2 when causal),
+ * backward 2.5x forward (FlashAttention's convention), so fwd+bwd = 3.5x forward.
+ * Prints one line per (impl, T):
+ *   RESULT impl=mha-fused dtype=fp32 T=.. B=.. NH=.. HS=.. causal=.. real_tokens=..
+ *          fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
+ * Exits 77 when no CUDA device is visible.
+ */
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "kernels/backend.h"
+#include "kernels/cuda/mha_cuda.h"
+#include "kernels/rng.h"
+}
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "bench_attention: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+            cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static const Backend *be;
+
+__global__ void fill_kernel(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = lo + (hi - lo) * mha_rng_uniform(seed, i);
+}
+
+static void fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 65535 * 4) blocks = 65535 * 4;
+    fill_kernel<<<(unsigned)blocks, 256>>>(x, n, seed, lo, hi);
+    CK(cudaGetLastError());
+}
+
+static void *dalloc(size_t bytes) {
+    void *p = be->alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "bench_attention: out of device memory allocating %.1f MiB\n",
+                bytes / 1048576.0);
+        exit(1);
+    }
+    return p;
+}
+
+static std::vector<int32_t> make_lengths(int B, int T) {
+    std::vector<int32_t> len(B);
+    for (int b = 0; b < B; b++) {
+        int lo = T / 2;
+        int l = lo + (int)(mha_rng_uniform(7, (uint64_t)b) * (float)(T - lo + 1));
+        len[b] = l > T ? T : (l < 1 ? 1 : l);
+    }
+    return len;
+}
+
+/* Mean milliseconds of fn over enough runs to fill budget_ms (at least 3, at most 50). */
+template <class Fn>
+static double time_ms(Fn fn, double budget_ms) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    fn();   /* warm-up (kernel attributes, scratch allocation) */
+    CK(cudaDeviceSynchronize());
+    CK(cudaEventRecord(a));
+    fn();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float once = 0;
+    CK(cudaEventElapsedTime(&once, a, b));
+    int iters = once > 0 ? (int)(budget_ms / once) : 50;
+    iters = iters < 3 ? 3 : (iters > 50 ? 50 : iters);
+    CK(cudaEventRecord(a));
+    for (int i = 0; i < iters; i++) fn();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float total = 0;
+    CK(cudaEventElapsedTime(&total, a, b));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return total / iters;
+}
+
+/* ---- dump of small cases for the float64 check in scripts/bench-attention-gpu.py ---- */
+
+static void write_f(FILE *f, const float *dev, size_t n) {
+    std::vector<float> h(n);
+    be->to_host(h.data(), dev, n * sizeof(float));
+    fwrite(h.data(), sizeof(float), n, f);
+}
+
+static void dump_case(FILE *f, int B, int T, int NH, int HS, int causal, float p, uint64_t seed) {
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    const size_t natt = (size_t)B * NH * T * T;
+    std::vector<int32_t> len = make_lengths(B, T);
+    if (B > 1) len[1] = 1;
+    int32_t *dlen = (int32_t *)dalloc(B * sizeof(int32_t));
+    be->to_device(dlen, len.data(), B * sizeof(int32_t));
+    float *qkv = (float *)dalloc(nqkv * 4), *dout = (float *)dalloc(nout * 4);
+    float *out = (float *)dalloc(nout * 4), *lse = (float *)dalloc(nlse * 4);
+    float *dqkv = (float *)dalloc(nqkv * 4), *outm = (float *)dalloc(nout * 4);
+    float *dqkvm = (float *)dalloc(nqkv * 4), *att = (float *)dalloc(natt * 4);
+    float *datt = (float *)dalloc(natt * 4);
+    fill(qkv, nqkv, seed, -1.5f, 1.5f);
+    fill(dout, nout, seed + 1, -1.0f, 1.0f);
+    be->zero(dqkv, nqkv * 4);
+    be->zero(dqkvm, nqkv * 4);
+    be->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, p, seed);
+    be->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, p, seed);
+    be->attention_forward_math(outm, att, qkv, dlen, B, T, C, NH, causal, p, seed);
+    be->attention_backward_math(dqkvm, datt, dout, qkv, att, dlen, B, T, C, NH, causal, p, seed);
+    be->sync();
+    int32_t hdr[5] = {B, T, C, NH, causal};
+    fwrite("MHAC", 1, 4, f);
+    fwrite(hdr, sizeof(int32_t), 5, f);
+    fwrite(&p, sizeof(float), 1, f);
+    fwrite(&seed, sizeof(uint64_t), 1, f);
+    fwrite(len.data(), sizeof(int32_t), B, f);
+    write_f(f, qkv, nqkv);
+    write_f(f, dout, nout);
+    write_f(f, out, nout);
+    write_f(f, lse, nlse);
+    write_f(f, dqkv, nqkv);
+    write_f(f, outm, nout);
+    write_f(f, dqkvm, nqkv);
+    void *all[] = {dlen, qkv, dout, out, lse, dqkv, outm, dqkvm, att, datt};
+    for (void *x : all) be->free(x);
+}
+
+static int write_dump(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "bench_attention: cannot write %s\n", path);
+        return 1;
+    }
+    dump_case(f, 3, 77, 2, 64, 0, 0.0f, 11);
+    dump_case(f, 4, 130, 3, 16, 1, 0.1f, 12);
+    dump_case(f, 2, 33, 2, 128, 0, 0.1f, 13);
+    dump_case(f, 3, 200, 2, 4, 1, 0.0f, 14);
+    dump_case(f, 2, 300, 4, 32, 0, 0.2f, 15);
+    fclose(f);
+    printf("dumped 5 attention cases to %s\n", path);
+    return 0;
+}
+
+/* ---- benchmark ---- */
+
+static void report(const char *impl, int T, int B, int NH, int HS, int causal, long long real,
+                   double flops_fwd, double fwd_ms, double fb_ms, double peak_mib) {
+    printf("RESULT impl=%s dtype=fp32 T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
+           "fwd_ms=%.4f fwd_tflops=%.2f fwdbwd_ms=%.4f fwdbwd_tflops=%.2f peak_mib=%.1f\n",
+           impl, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
+           3.5 * flops_fwd / (fb_ms * 1e9), peak_mib);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    long long tokens = 32768;
+    int HS = 64, NH = 8, causal = 0, do_math = 1;
+    double budget = 400;
+    std::string Ts = "128,512,2048,8192";
+    const char *dump = nullptr;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto next = [&](void) -> const char * {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "bench_attention: %s needs a value\n", a.c_str());
+                exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--tokens") tokens = atoll(next());
+        else if (a == "--hs") HS = atoi(next());
+        else if (a == "--nh") NH = atoi(next());
+        else if (a == "--T") Ts = next();
+        else if (a == "--causal") causal = atoi(next());
+        else if (a == "--no-math") do_math = 0;
+        else if (a == "--dump") dump = next();
+        else if (a == "--budget-ms") budget = atof(next());
+        else {
+            fprintf(stderr, "usage: bench_attention [--tokens N] [--hs HS] [--nh NH] [--T 128,512] "
+                            "[--causal 0|1] [--no-math] [--dump FILE] [--budget-ms MS]\n");
+            return 2;
+        }
+    }
+    char why[256];
+    be = mha_cuda_backend(0, why, sizeof why);
+    if (!be) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    char desc[256];
+    mha_cuda_describe(desc, sizeof desc);
+    printf("device: %s\n", desc);
+    if (dump && write_dump(dump)) return 1;
+
+    const int C = NH * HS;
+    std::vector<int> Tlist;
+    for (size_t p = 0; p < Ts.size();) {
+        size_t q = Ts.find(',', p);
+        if (q == std::string::npos) q = Ts.size();
+        Tlist.push_back(atoi(Ts.substr(p, q - p).c_str()));
+        p = q + 1;
+    }
+    for (int T : Tlist) {
+        if (T <= 0) continue;
+        int B = (int)(tokens / T);
+        if (B < 1) B = 1;
+        std::vector<int32_t> len = make_lengths(B, T);
+        long long real = 0;
+        double flops = 0;
+        for (int b = 0; b < B; b++) {
+            double L = len[b];
+            real += len[b];
+            flops += 4.0 * HS * NH * (causal ? L * (L + 1) / 2 : L * L);
+        }
+        const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+        mha_cuda_reset_peak();
+        size_t base = mha_cuda_bytes_in_use();
+        int32_t *dlen = (int32_t *)dalloc(B * sizeof(int32_t));
+        be->to_device(dlen, len.data(), B * sizeof(int32_t));
+        float *qkv = (float *)dalloc(nqkv * 4), *dout = (float *)dalloc(nout * 4);
+        float *out = (float *)dalloc(nout * 4), *lse = (float *)dalloc(nlse * 4);
+        float *dqkv = (float *)dalloc(nqkv * 4);
+        fill(qkv, nqkv, 1, -1.5f, 1.5f);
+        fill(dout, nout, 2, -1.0f, 1.0f);
+        be->zero(dqkv, nqkv * 4);
+        double f_ms = time_ms([&] {
+            be->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+        }, budget);
+        double fb_ms = time_ms([&] {
+            be->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            be->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
+        }, budget);
+        report("mha-fused", T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
+               (mha_cuda_peak_bytes() - base) / 1048576.0);
+
+        if (do_math) {
+            const size_t natt = (size_t)B * NH * T * T;
+            size_t free_b = 0, total_b = 0;
+            CK(cudaMemGetInfo(&free_b, &total_b));
+            if (2.2 * natt * 4 > (double)free_b) {
+                printf("NOTE math path skipped at T=%d: needs %.1f GiB\n", T, 2.0 * natt * 4 / 1073741824.0);
+            } else {
+                mha_cuda_reset_peak();
+                float *att = (float *)dalloc(natt * 4), *datt = (float *)dalloc(natt * 4);
+                double mf = time_ms([&] {
+                    be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+                }, budget);
+                double mfb = time_ms([&] {
+                    be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+                    be->attention_backward_math(dqkv, datt, dout, qkv, att, dlen, B, T, C, NH, causal,
+                                                0.0f, 0);
+                }, budget);
+                report("mha-math", T, B, NH, HS, causal, real, flops, mf, mfb,
+                       (mha_cuda_peak_bytes() - base) / 1048576.0);
+                be->free(att);
+                be->free(datt);
+            }
+        }
+        void *all[] = {dlen, qkv, dout, out, lse, dqkv};
+        for (void *x : all) be->free(x);
+    }
+    return 0;
+}

@@ -1,0 +1,400 @@
+/* tests/cuda/emu/cuda_emu.h: a host emulation of the slice of CUDA the backend uses, so the
+ * kernels in kernels/cuda/ can be run and tested on a machine without a GPU.
+ *
+ * Test-only. kernels/cuda/cuda_common.h includes this instead of cuda_runtime.h and
+ * cublas_v2.h when MHA_CUDA_EMU is defined; the emu_NAME.cpp files compile each .cu as C++.
+ *
+ *  - A launch runs the blocks one after another. The threads of a block are fibers (ucontext)
+ *    switched round-robin: each runs until its next __syncthreads() or its end, so a barrier
+ *    holds exactly when every thread that has not exited reached it. Warp shuffles are
+ *    emulated with two block-wide barriers (every thread of the block must reach them, which
+ *    holds for this backend: shuffles sit in block-uniform code after early exits).
+ *  - __shared__ is a static (one block runs at a time); dynamic shared memory is a fresh
+ *    allocation of exactly the launch's size, filled with NaN bytes, per launch.
+ *  - Launch configurations are validated as the driver does (threads per block, grid limits,
+ *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
+ *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns); cuBLAS SGEMM
+ *    is a column-major reference with cuBLAS's argument checks, accumulating in double.
+ *
+ * What it cannot show: performance, memory coalescing, true data races between threads of a
+ * block (the fibers interleave only at barriers), or anything about real hardware limits
+ * beyond the checks above.
+ */
+#ifndef MHA_TESTS_CUDA_EMU_H
+#define MHA_TESTS_CUDA_EMU_H
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int a = 1, unsigned int b = 1, unsigned int c = 1) : x(a), y(b), z(c) {}
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
+using std::max;
+using std::min;
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+/* ------------------------------------------------------------------ runtime API */
+
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidKernelImage = 200,
+    cudaErrorNoKernelImageForDevice = 209,
+    cudaErrorUnsupportedPtxVersion = 222,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorMisalignedAddress = 716,
+    cudaErrorLaunchFailure = 719,
+};
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+typedef struct CUstream_st *cudaStream_t;
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+};
+
+namespace mha_emu {
+inline cudaError_t last_error = cudaSuccess;
+inline std::map<const void *, size_t> live;            /* allocations */
+inline std::map<const void *, int> smem_optin;          /* kernel -> max dynamic smem */
+constexpr int kOptinLimit = 232448;                     /* H100/H200: 227 KiB */
+constexpr size_t kStack = 256 * 1024;
+
+inline void fail(const char *what) {
+    fprintf(stderr, "cuda_emu: %s\n", what);
+    abort();
+}
+
+inline void check_range(const void *p, size_t bytes, const char *what) {
+    if (!bytes) return;
+    auto it = live.upper_bound(p);
+    if (it == live.begin()) return;   /* host memory: not ours to check */
+    --it;
+    const char *base = (const char *)it->first, *q = (const char *)p;
+    if (q >= base && q < base + it->second && q + bytes > base + it->second) {
+        fprintf(stderr, "cuda_emu: %s of %zu bytes runs past the end of a %zu-byte allocation\n",
+                what, bytes, it->second);
+        abort();
+    }
+}
+}  // namespace mha_emu
+
+inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidValue: return "invalid argument";
+    default: return "emulated error";
+    }
+}
+inline const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    default: return "cudaErrorUnknown";
+    }
+}
+inline cudaError_t cudaGetLastError(void) {
+    cudaError_t e = mha_emu::last_error;
+    mha_emu::last_error = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    if (bytes > ((size_t)1 << 36)) return cudaErrorMemoryAllocation;
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xa5, bytes);   /* garbage, like fresh device memory */
+    mha_emu::live[*p] = bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = mha_emu::live.find(p);
+    if (it == mha_emu::live.end()) mha_emu::fail("cudaFree of a pointer cudaMalloc did not return");
+    mha_emu::live.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+    mha_emu::check_range(dst, n, "cudaMemcpy destination");
+    mha_emu::check_range(src, n, "cudaMemcpy source");
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
+                                   cudaStream_t = nullptr) {
+    return cudaMemcpy(dst, src, n, k);
+}
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = nullptr) {
+    mha_emu::check_range(p, n, "cudaMemset");
+    if (n) memset(p, v, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda_emu (host emulation)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *free_b = (size_t)8 << 30;
+    *total_b = (size_t)16 << 30;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+    *v = mha_emu::kOptinLimit;
+    return cudaSuccess;
+}
+template <class K>
+inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > mha_emu::kOptinLimit)
+        return cudaErrorInvalidValue;
+    mha_emu::smem_optin[(const void *)kernel] = v;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------ blocks as fibers */
+
+namespace mha_emu {
+struct Fiber {
+    ucontext_t ctx;
+    bool done;
+};
+inline ucontext_t sched_ctx;
+inline std::vector<Fiber> fibers;
+inline std::vector<char> stacks;
+inline int cur = 0;
+inline std::function<void()> *body = nullptr;
+inline void *dyn_smem = nullptr;
+
+inline void trampoline(void) {
+    (*body)();
+    fibers[cur].done = true;   /* returns to uc_link: the scheduler */
+}
+
+inline void set_thread(int t) {
+    threadIdx.x = t % blockDim.x;
+    threadIdx.y = (t / blockDim.x) % blockDim.y;
+    threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+inline void run_block(int nthreads, std::function<void()> &fn) {
+    body = &fn;
+    if (fibers.size() < (size_t)nthreads) fibers.resize(nthreads);
+    if (stacks.size() < (size_t)nthreads * kStack) stacks.resize((size_t)nthreads * kStack);
+    for (int t = 0; t < nthreads; t++) {
+        Fiber &f = fibers[t];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stacks.data() + (size_t)t * kStack;
+        f.ctx.uc_stack.ss_size = kStack;
+        f.ctx.uc_link = &sched_ctx;
+        makecontext(&f.ctx, trampoline, 0);
+        f.done = false;
+    }
+    bool any = true;
+    while (any) {
+        any = false;
+        for (int t = 0; t < nthreads; t++) {
+            if (fibers[t].done) continue;
+            cur = t;
+            set_thread(t);
+            swapcontext(&sched_ctx, &fibers[t].ctx);
+            any = true;
+        }
+    }
+}
+
+inline int linear_tid(void) {
+    return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+}  // namespace mha_emu
+
+inline void __syncthreads(void) {
+    mha_emu::Fiber &f = mha_emu::fibers[mha_emu::cur];
+    swapcontext(&f.ctx, &mha_emu::sched_ctx);
+}
+
+template <class T>
+inline T __shfl_xor_sync(unsigned int, T v, int lane_mask) {
+    static T buf[1024];
+    const int t = mha_emu::linear_tid();
+    buf[t] = v;
+    __syncthreads();
+    const int src = (t & ~31) | ((t & 31) ^ lane_mask);
+    T r = buf[src];
+    __syncthreads();
+    return r;
+}
+
+#define MHA_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(mha_emu::dyn_smem)
+
+template <class... P>
+struct MhaEmuLauncher {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t smem;
+    template <class... A>
+    void operator()(A... args) const {
+        const size_t nthreads = (size_t)block.x * block.y * block.z;
+        bool bad = nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 ||
+                   grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535;
+        if (bad) {
+            fprintf(stderr, "cuda_emu: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x,
+                    grid.y, grid.z, block.x, block.y, block.z);
+            mha_emu::last_error = cudaErrorInvalidConfiguration;
+            return;
+        }
+        if (smem > 49152) {
+            auto it = mha_emu::smem_optin.find((const void *)kernel);
+            if (it == mha_emu::smem_optin.end() || (size_t)it->second < smem) {
+                fprintf(stderr, "cuda_emu: %zu bytes of dynamic shared memory without the opt-in "
+                        "attribute\n", smem);
+                mha_emu::last_error = cudaErrorInvalidValue;
+                return;
+            }
+        }
+        std::tuple<P...> params(args...);
+        void (*k)(P...) = kernel;
+        std::function<void()> fn = [&params, k]() { std::apply(k, params); };
+        gridDim = grid;
+        blockDim = block;
+        for (unsigned int z = 0; z < grid.z; z++)
+            for (unsigned int y = 0; y < grid.y; y++)
+                for (unsigned int x = 0; x < grid.x; x++) {
+                    void *sm = nullptr;
+                    if (smem) {
+                        sm = aligned_alloc(16, (smem + 15) / 16 * 16);
+                        memset(sm, 0xff, smem);   /* NaN: reading unwritten shared memory shows */
+                    }
+                    mha_emu::dyn_smem = sm;
+                    blockIdx = dim3(x, y, z);
+                    mha_emu::run_block((int)nthreads, fn);
+                    free(sm);
+                    mha_emu::dyn_smem = nullptr;
+                }
+    }
+};
+template <class... P>
+static inline MhaEmuLauncher<P...> mha_launch(void (*kernel)(P...), dim3 grid, dim3 block,
+                                              size_t smem = 0) {
+    return MhaEmuLauncher<P...>{kernel, grid, block, smem};
+}
+
+/* ------------------------------------------------------------------ cuBLAS */
+
+typedef struct cublasContext *cublasHandle_t;
+enum cublasStatus_t {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+};
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
+
+inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = reinterpret_cast<cublasHandle_t>(&mha_emu::last_error);
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+inline const char *cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+
+namespace mha_emu {
+inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           float alpha, const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc) {
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) {
+                double a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+                double b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+                s += a * b;
+            }
+            float *c = &C[i + (size_t)j * ldc];
+            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace mha_emu
+
+inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                  int n, int k, const float *alpha, const float *A, int lda,
+                                  const float *B, int ldb, const float *beta, float *C, int ldc) {
+    return mha_emu::gemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+}
+
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta,
+                                                cublasOperation_t tb, int m, int n, int k,
+                                                const float *alpha, const float *A, int lda,
+                                                long long sA, const float *B, int ldb, long long sB,
+                                                const float *beta, float *C, int ldc, long long sC,
+                                                int batch) {
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int b = 0; b < batch; b++) {
+        cublasStatus_t s = mha_emu::gemm(ta, tb, m, n, k, *alpha, A + b * sA, lda, B + b * sB, ldb,
+                                         *beta, C + b * sC, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif

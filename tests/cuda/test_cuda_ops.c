@@ -1,0 +1,618 @@
+/* tests/cuda/test_cuda_ops.c: every op of the CUDA backend against the CPU backend.
+ *
+ * For each op: random inputs (never zero), the same on both backends; outputs that the op
+ * overwrites are poisoned with NaN on both sides first (so an element an op forgets to write
+ * fails), outputs it accumulates into (+=) are pre-filled with the same random values.
+ * Pass: max|gpu - cpu| / max|cpu| < 1e-5 (fp32), exact for integer outputs; any NaN fails.
+ * Also: determinism (embedding and fused-attention backward twice, bitwise equal) and the
+ * fused attention against the materialising one on the GPU.
+ *
+ * Without a visible CUDA device: prints "SKIP: no CUDA device visible" and exits 77.
+ * Run a subset: MHA_TEST_FILTER=attention (substring of the check names).
+ */
+#include "kernels/backend.h"
+#include "kernels/rng.h"
+#include "tests/test_util.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const Backend *cpu, *gpu;
+static uint64_t rng_state = 12345;
+static int n_checks;
+static const char *filter;
+
+/* ------------------------------------------------------------------ host data */
+
+static float urand(void) { return mha_rng_uniform(2024, rng_state++); }
+
+/* uniform in [lo, hi), pushed away from zero */
+static float *h_rand(size_t n, float lo, float hi) {
+    float *x = malloc(n * sizeof *x + 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = lo + (hi - lo) * urand();
+        if (fabsf(v) < 1e-3f) v = v < 0 ? -1e-3f : 1e-3f;
+        x[i] = v;
+    }
+    return x;
+}
+
+static int32_t *h_randint(size_t n, int lo, int hi_incl) {
+    int32_t *x = malloc(n * sizeof *x + 1);
+    for (size_t i = 0; i < n; i++) {
+        int v = lo + (int)(urand() * (float)(hi_incl - lo + 1));
+        x[i] = v > hi_incl ? hi_incl : v;
+    }
+    return x;
+}
+
+/* ------------------------------------------------------------------ paired buffers */
+
+typedef struct {
+    void *c, *g;      /* cpu and gpu copies */
+    size_t bytes;
+} Buf;
+
+#define MAX_BUFS 64
+static Buf bufs[MAX_BUFS];
+static int n_bufs;
+
+static Buf *buf_new(size_t bytes) {
+    if (n_bufs == MAX_BUFS) {
+        fprintf(stderr, "test: too many buffers\n");
+        exit(1);
+    }
+    Buf *b = &bufs[n_bufs++];
+    b->bytes = bytes;
+    b->c = cpu->alloc(bytes ? bytes : 4);
+    b->g = gpu->alloc(bytes ? bytes : 4);
+    if (!b->c || !b->g) {
+        fprintf(stderr, "test: out of memory allocating %zu bytes\n", bytes);
+        exit(1);
+    }
+    return b;
+}
+
+static void buf_set(Buf *b, const void *host) {
+    cpu->to_device(b->c, host, b->bytes);
+    gpu->to_device(b->g, host, b->bytes);
+}
+
+static void free_all(void) {
+    for (int i = 0; i < n_bufs; i++) {
+        cpu->free(bufs[i].c);
+        gpu->free(bufs[i].g);
+    }
+    n_bufs = 0;
+}
+
+/* An input (or an accumulated output): the same values on both. */
+static Buf *in_f(const float *host, size_t n) {
+    Buf *b = buf_new(n * sizeof(float));
+    buf_set(b, host);
+    return b;
+}
+
+static Buf *in_rand(size_t n, float lo, float hi) {
+    float *h = h_rand(n, lo, hi);
+    Buf *b = in_f(h, n);
+    free(h);
+    return b;
+}
+
+static Buf *in_i(const int32_t *host, size_t n) {
+    Buf *b = buf_new(n * sizeof(int32_t));
+    buf_set(b, host);
+    return b;
+}
+
+/* An overwritten output: NaN (all bits set) on both. */
+static Buf *out_poison(size_t n_elems, size_t elem) {
+    Buf *b = buf_new(n_elems * elem);
+    void *h = malloc(b->bytes + 1);
+    memset(h, 0xff, b->bytes);
+    buf_set(b, h);
+    free(h);
+    return b;
+}
+
+#define F(b) ((float *)(b)->g)
+#define FC(b) ((float *)(b)->c)
+#define I(b) ((int32_t *)(b)->g)
+#define IC(b) ((int32_t *)(b)->c)
+
+static int wanted(const char *name) { return !filter || strstr(name, filter) != NULL; }
+
+/* Compares the float buffer of both backends (gpu against cpu as reference). */
+static void cmp_f(const char *name, Buf *b, size_t n, double tol) {
+    float *hc = malloc(n * sizeof(float) + 1), *hg = malloc(n * sizeof(float) + 1);
+    cpu->to_host(hc, b->c, n * sizeof(float));
+    gpu->to_host(hg, b->g, n * sizeof(float));
+    double e = rel_err_f_f(hg, hc, n);
+    n_checks++;
+    int ok = e < tol;
+    printf("%-4s %-64s rel %.3g\n", ok ? "ok" : "FAIL", name, e);
+    CHECK(ok, "%s: relative error %.3g >= %.1g", name, e, tol);
+    if (!ok) {   /* the first few differences */
+        int shown = 0;
+        for (size_t i = 0; i < n && shown < 5; i++) {
+            double d = fabs((double)hg[i] - (double)hc[i]);
+            if (d > tol * 1e-3 * (fabs((double)hc[i]) + 1) || isnan(d)) {
+                fprintf(stderr, "   [%zu] gpu %.8g cpu %.8g\n", i, hg[i], hc[i]);
+                shown++;
+            }
+        }
+    }
+    free(hc);
+    free(hg);
+}
+
+static void cmp_i(const char *name, Buf *b, size_t n) {
+    int32_t *hc = malloc(n * sizeof(int32_t) + 1), *hg = malloc(n * sizeof(int32_t) + 1);
+    cpu->to_host(hc, b->c, n * sizeof(int32_t));
+    gpu->to_host(hg, b->g, n * sizeof(int32_t));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += hc[i] != hg[i];
+    n_checks++;
+    printf("%-4s %-64s %zu mismatches\n", bad ? "FAIL" : "ok", name, bad);
+    CHECK(bad == 0, "%s: %zu of %zu integers differ", name, bad, n);
+    free(hc);
+    free(hg);
+}
+
+/* Bitwise equality of two gpu buffers (determinism). */
+static void cmp_bits_gpu(const char *name, const void *a, const void *b, size_t bytes) {
+    unsigned char *ha = malloc(bytes + 1), *hb = malloc(bytes + 1);
+    gpu->to_host(ha, a, bytes);
+    gpu->to_host(hb, b, bytes);
+    int same = memcmp(ha, hb, bytes) == 0;
+    n_checks++;
+    printf("%-4s %-64s %s\n", same ? "ok" : "FAIL", name, same ? "bitwise equal" : "DIFFER");
+    CHECK(same, "%s: two runs differ", name);
+    free(ha);
+    free(hb);
+}
+
+/* Relative error between two gpu float buffers. */
+static void cmp_gpu_gpu(const char *name, const float *a, const float *ref, size_t n, double tol) {
+    float *ha = malloc(n * sizeof(float) + 1), *hr = malloc(n * sizeof(float) + 1);
+    gpu->to_host(ha, a, n * sizeof(float));
+    gpu->to_host(hr, ref, n * sizeof(float));
+    double e = rel_err_f_f(ha, hr, n);
+    n_checks++;
+    printf("%-4s %-64s rel %.3g\n", e < tol ? "ok" : "FAIL", name, e);
+    CHECK(e < tol, "%s: relative error %.3g >= %.1g", name, e, tol);
+    free(ha);
+    free(hr);
+}
+
+#define TOL 1e-5
+
+/* ------------------------------------------------------------------ ops */
+
+static void test_linear(int N, int IC, int OC, int with_bias) {
+    char name[128];
+    snprintf(name, sizeof name, "linear N=%d IC=%d OC=%d bias=%d", N, IC, OC, with_bias);
+    if (!wanted(name)) return;
+    Buf *inp = in_rand((size_t)N * IC, -1, 1), *w = in_rand((size_t)OC * IC, -0.5f, 0.5f);
+    Buf *bias = with_bias ? in_rand(OC, -1, 1) : NULL;
+    Buf *out = out_poison((size_t)N * OC, 4);
+    cpu->linear_forward(FC(out), FC(inp), FC(w), bias ? FC(bias) : NULL, N, IC, OC);
+    gpu->linear_forward(F(out), F(inp), F(w), bias ? F(bias) : NULL, N, IC, OC);
+    char n2[160];
+    snprintf(n2, sizeof n2, "%s forward out", name);
+    cmp_f(n2, out, (size_t)N * OC, TOL);
+
+    Buf *dout = in_rand((size_t)N * OC, -1, 1);
+    Buf *dinp = in_rand((size_t)N * IC, -1, 1), *dw = in_rand((size_t)OC * IC, -1, 1);
+    Buf *db = with_bias ? in_rand(OC, -1, 1) : NULL;
+    /* without bias also test dinp == NULL */
+    Buf *dinp_use = with_bias ? dinp : NULL;
+    cpu->linear_backward(dinp_use ? FC(dinp_use) : NULL, FC(dw), db ? FC(db) : NULL, FC(dout),
+                         FC(inp), FC(w), N, IC, OC);
+    gpu->linear_backward(dinp_use ? F(dinp_use) : NULL, F(dw), db ? F(db) : NULL, F(dout), F(inp),
+                         F(w), N, IC, OC);
+    snprintf(n2, sizeof n2, "%s backward dinp", name);
+    cmp_f(n2, dinp, (size_t)N * IC, TOL);
+    snprintf(n2, sizeof n2, "%s backward dw", name);
+    cmp_f(n2, dw, (size_t)OC * IC, TOL);
+    if (db) {
+        snprintf(n2, sizeof n2, "%s backward dbias", name);
+        cmp_f(n2, db, OC, TOL);
+    }
+    free_all();
+}
+
+static void test_embed(int B, int T, int C, int V, int with_dpos) {
+    char name[128], n2[160];
+    snprintf(name, sizeof name, "embed B=%d T=%d C=%d V=%d dpos=%d", B, T, C, V, with_dpos);
+    if (!wanted(name)) return;
+    const int maxT = T + 3;
+    const size_t N = (size_t)B * T;
+    int32_t *ids = h_randint(N, 0, V - 1);
+    Buf *bids = in_i(ids, N);
+    Buf *tok = in_rand((size_t)V * C, -1, 1), *pos = in_rand((size_t)maxT * C, -1, 1);
+    Buf *out = out_poison(N * C, 4);
+    cpu->embed_forward(FC(out), IC(bids), FC(tok), FC(pos), B, T, C);
+    gpu->embed_forward(F(out), I(bids), F(tok), F(pos), B, T, C);
+    snprintf(n2, sizeof n2, "%s forward", name);
+    cmp_f(n2, out, N * C, TOL);
+
+    Buf *dout = in_rand(N * C, -1, 1);
+    Buf *dtok = in_rand((size_t)V * C, -1, 1), *dpos = in_rand((size_t)maxT * C, -1, 1);
+    cpu->embed_backward(FC(dtok), with_dpos ? FC(dpos) : NULL, FC(dout), IC(bids), B, T, C);
+    gpu->embed_backward(F(dtok), with_dpos ? F(dpos) : NULL, F(dout), I(bids), B, T, C);
+    snprintf(n2, sizeof n2, "%s backward dtok", name);
+    cmp_f(n2, dtok, (size_t)V * C, TOL);
+    snprintf(n2, sizeof n2, "%s backward dpos", name);
+    cmp_f(n2, dpos, (size_t)maxT * C, TOL);
+
+    /* determinism: twice from zero, bitwise equal */
+    float *z1 = gpu->alloc((size_t)V * C * 4), *z2 = gpu->alloc((size_t)V * C * 4);
+    gpu->zero(z1, (size_t)V * C * 4);
+    gpu->zero(z2, (size_t)V * C * 4);
+    gpu->embed_backward(z1, NULL, F(dout), I(bids), B, T, C);
+    gpu->embed_backward(z2, NULL, F(dout), I(bids), B, T, C);
+    snprintf(n2, sizeof n2, "%s backward deterministic", name);
+    cmp_bits_gpu(n2, z1, z2, (size_t)V * C * 4);
+    gpu->free(z1);
+    gpu->free(z2);
+    free(ids);
+    free_all();
+}
+
+static void test_layernorm(int N, int C) {
+    char name[128], n2[160];
+    snprintf(name, sizeof name, "layernorm N=%d C=%d", N, C);
+    if (!wanted(name)) return;
+    Buf *inp = in_rand((size_t)N * C, -2, 3), *w = in_rand(C, 0.5f, 1.5f), *b = in_rand(C, -1, 1);
+    Buf *out = out_poison((size_t)N * C, 4), *mean = out_poison(N, 4), *rstd = out_poison(N, 4);
+    cpu->layernorm_forward(FC(out), FC(mean), FC(rstd), FC(inp), FC(w), FC(b), N, C);
+    gpu->layernorm_forward(F(out), F(mean), F(rstd), F(inp), F(w), F(b), N, C);
+    snprintf(n2, sizeof n2, "%s forward out", name);
+    cmp_f(n2, out, (size_t)N * C, TOL);
+    snprintf(n2, sizeof n2, "%s forward mean", name);
+    cmp_f(n2, mean, N, TOL);
+    snprintf(n2, sizeof n2, "%s forward rstd", name);
+    cmp_f(n2, rstd, N, TOL);
+    /* backward from the cpu statistics, uploaded to both */
+    float *hm = malloc(N * 4 + 1), *hr = malloc(N * 4 + 1);
+    cpu->to_host(hm, mean->c, N * 4);
+    cpu->to_host(hr, rstd->c, N * 4);
+    Buf *m2 = in_f(hm, N), *r2 = in_f(hr, N);
+    Buf *dout = in_rand((size_t)N * C, -1, 1);
+    Buf *dinp = in_rand((size_t)N * C, -1, 1), *dw = in_rand(C, -1, 1), *db = in_rand(C, -1, 1);
+    cpu->layernorm_backward(FC(dinp), FC(dw), FC(db), FC(dout), FC(inp), FC(w), FC(m2), FC(r2), N, C);
+    gpu->layernorm_backward(F(dinp), F(dw), F(db), F(dout), F(inp), F(w), F(m2), F(r2), N, C);
+    snprintf(n2, sizeof n2, "%s backward dinp", name);
+    cmp_f(n2, dinp, (size_t)N * C, TOL);
+    snprintf(n2, sizeof n2, "%s backward dw", name);
+    cmp_f(n2, dw, C, TOL);
+    snprintf(n2, sizeof n2, "%s backward db", name);
+    cmp_f(n2, db, C, TOL);
+    free(hm);
+    free(hr);
+    free_all();
+}
+
+static void test_elementwise(size_t n) {
+    char name[160];
+    for (int act = 0; act < 2; act++) {
+        snprintf(name, sizeof name, "act %s n=%zu", act ? "gelu" : "relu", n);
+        if (!wanted(name)) continue;
+        Buf *inp = in_rand(n, -4, 4), *out = out_poison(n, 4);
+        cpu->act_forward(FC(out), FC(inp), n, act);
+        gpu->act_forward(F(out), F(inp), n, act);
+        cmp_f(name, out, n, TOL);
+        Buf *dout = in_rand(n, -1, 1), *dinp = in_rand(n, -1, 1);
+        cpu->act_backward(FC(dinp), FC(dout), FC(inp), n, act);
+        gpu->act_backward(F(dinp), F(dout), F(inp), n, act);
+        snprintf(name, sizeof name, "act %s n=%zu backward", act ? "gelu" : "relu", n);
+        cmp_f(name, dinp, n, TOL);
+        free_all();
+    }
+    snprintf(name, sizeof name, "add/accumulate/scale n=%zu", n);
+    if (wanted(name)) {
+        Buf *a = in_rand(n, -1, 1), *b = in_rand(n, -1, 1), *out = out_poison(n, 4);
+        cpu->add(FC(out), FC(a), FC(b), n);
+        gpu->add(F(out), F(a), F(b), n);
+        snprintf(name, sizeof name, "add n=%zu", n);
+        cmp_f(name, out, n, TOL);
+        cpu->accumulate(FC(a), FC(b), n);
+        gpu->accumulate(F(a), F(b), n);
+        snprintf(name, sizeof name, "accumulate n=%zu", n);
+        cmp_f(name, a, n, TOL);
+        cpu->scale(FC(b), n, -0.37f);
+        gpu->scale(F(b), n, -0.37f);
+        snprintf(name, sizeof name, "scale n=%zu", n);
+        cmp_f(name, b, n, TOL);
+        free_all();
+    }
+    const float ps[3] = {0.0f, 0.1f, 0.5f};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "dropout p=%.1f n=%zu", ps[k], n);
+        if (!wanted(name)) continue;
+        Buf *inp = in_rand(n, -1, 1), *out = out_poison(n, 4);
+        cpu->dropout_forward(FC(out), FC(inp), n, ps[k], 77, 12345);
+        gpu->dropout_forward(F(out), F(inp), n, ps[k], 77, 12345);
+        cmp_f(name, out, n, TOL);
+        Buf *dout = in_rand(n, -1, 1), *dinp = in_rand(n, -1, 1);
+        cpu->dropout_backward(FC(dinp), FC(dout), n, ps[k], 77, 12345);
+        gpu->dropout_backward(F(dinp), F(dout), n, ps[k], 77, 12345);
+        snprintf(name, sizeof name, "dropout p=%.1f n=%zu backward", ps[k], n);
+        cmp_f(name, dinp, n, TOL);
+        free_all();
+    }
+}
+
+/* lengths: uniform in [T/2, T]; example 1 has length 1; with_zero: the last has length 0 */
+static int32_t *make_lengths(int B, int T, int with_zero) {
+    int32_t *len = h_randint(B, T / 2 > 0 ? T / 2 : 1, T);
+    if (B > 1) len[1] = 1;
+    if (B > 2) len[2] = T;
+    if (with_zero && B > 3) len[B - 1] = 0;
+    return len;
+}
+
+static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero) {
+    char name[128], n2[200];
+    snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f", B, T, NH, HS,
+             causal, p);
+    if (!wanted(name)) return;
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    const size_t natt = (size_t)B * NH * T * T, nlse = (size_t)B * NH * T;
+    const uint64_t seed = 99 + (uint64_t)T;
+    int32_t *hl = make_lengths(B, T, with_zero);
+    Buf *len = in_i(hl, B);
+    Buf *qkv = in_rand(nqkv, -1.5f, 1.5f);
+
+    /* materialising path */
+    Buf *out = out_poison(nout, 4), *att = out_poison(natt, 4);
+    cpu->attention_forward_math(FC(out), FC(att), FC(qkv), IC(len), B, T, C, NH, causal, p, seed);
+    gpu->attention_forward_math(F(out), F(att), F(qkv), I(len), B, T, C, NH, causal, p, seed);
+    snprintf(n2, sizeof n2, "%s math out", name);
+    cmp_f(n2, out, nout, TOL);
+    snprintf(n2, sizeof n2, "%s math att", name);
+    cmp_f(n2, att, natt, TOL);
+    float *hatt = malloc(natt * 4 + 1);
+    cpu->to_host(hatt, att->c, natt * 4);
+    Buf *att_in = in_f(hatt, natt);
+    free(hatt);
+    Buf *dout = in_rand(nout, -1, 1);
+    Buf *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
+    cpu->attention_backward_math(FC(dqkv), FC(datt), FC(dout), FC(qkv), FC(att_in), IC(len), B, T,
+                                 C, NH, causal, p, seed);
+    gpu->attention_backward_math(F(dqkv), F(datt), F(dout), F(qkv), F(att_in), I(len), B, T, C, NH,
+                                 causal, p, seed);
+    snprintf(n2, sizeof n2, "%s math dqkv", name);
+    cmp_f(n2, dqkv, nqkv, TOL);
+
+    /* fused path */
+    Buf *fout = out_poison(nout, 4), *lse = out_poison(nlse, 4);
+    cpu->attention_forward_fused(FC(fout), FC(lse), FC(qkv), IC(len), B, T, C, NH, causal, p, seed);
+    gpu->attention_forward_fused(F(fout), F(lse), F(qkv), I(len), B, T, C, NH, causal, p, seed);
+    snprintf(n2, sizeof n2, "%s fused out", name);
+    cmp_f(n2, fout, nout, TOL);
+    snprintf(n2, sizeof n2, "%s fused lse", name);
+    cmp_f(n2, lse, nlse, TOL);
+    snprintf(n2, sizeof n2, "%s fused out vs math out (gpu)", name);
+    cmp_gpu_gpu(n2, F(fout), F(out), nout, TOL);
+    /* backward from the cpu forward's out and lse, uploaded to both */
+    float *ho = malloc(nout * 4 + 1), *hlse = malloc(nlse * 4 + 1);
+    cpu->to_host(ho, fout->c, nout * 4);
+    cpu->to_host(hlse, lse->c, nlse * 4);
+    Buf *o_in = in_f(ho, nout), *lse_in = in_f(hlse, nlse);
+    free(ho);
+    free(hlse);
+    Buf *fdqkv = in_rand(nqkv, -1, 1);
+    cpu->attention_backward_fused(FC(fdqkv), FC(dout), FC(o_in), FC(qkv), FC(lse_in), IC(len), B, T,
+                                  C, NH, causal, p, seed);
+    gpu->attention_backward_fused(F(fdqkv), F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                  causal, p, seed);
+    snprintf(n2, sizeof n2, "%s fused dqkv", name);
+    cmp_f(n2, fdqkv, nqkv, TOL);
+
+    /* fused backward twice from zero: bitwise equal, and close to the math backward */
+    float *z1 = gpu->alloc(nqkv * 4), *z2 = gpu->alloc(nqkv * 4), *z3 = gpu->alloc(nqkv * 4);
+    float *scratch = gpu->alloc(natt * 4);
+    gpu->zero(z1, nqkv * 4);
+    gpu->zero(z2, nqkv * 4);
+    gpu->zero(z3, nqkv * 4);
+    gpu->attention_backward_fused(z1, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                  causal, p, seed);
+    gpu->attention_backward_fused(z2, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                  causal, p, seed);
+    snprintf(n2, sizeof n2, "%s fused dqkv deterministic", name);
+    cmp_bits_gpu(n2, z1, z2, nqkv * 4);
+    gpu->attention_backward_math(z3, scratch, F(dout), F(qkv), F(att_in), I(len), B, T, C, NH,
+                                 causal, p, seed);
+    snprintf(n2, sizeof n2, "%s fused dqkv vs math dqkv (gpu)", name);
+    cmp_gpu_gpu(n2, z1, z3, nqkv, 2 * TOL);
+    gpu->free(z1);
+    gpu->free(z2);
+    gpu->free(z3);
+    gpu->free(scratch);
+    free(hl);
+    free_all();
+}
+
+static void test_pool(int B, int T, int C) {
+    static const char *names[3] = {"mean", "cls", "max"};
+    int32_t *hl = h_randint(B, 1, T);
+    if (B > 1) hl[1] = 1;
+    if (B > 2) hl[2] = T;
+    if (B > 3) hl[3] = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        char name[128], n2[160];
+        snprintf(name, sizeof name, "pool %s B=%d T=%d C=%d", names[mode], B, T, C);
+        if (!wanted(name)) continue;
+        Buf *len = in_i(hl, B);
+        Buf *inp = in_rand((size_t)B * T * C, -1, 1);
+        Buf *out = out_poison((size_t)B * C, 4), *am = out_poison((size_t)B * C, 4);
+        cpu->pool_forward(FC(out), IC(am), FC(inp), IC(len), B, T, C, mode);
+        gpu->pool_forward(F(out), I(am), F(inp), I(len), B, T, C, mode);
+        snprintf(n2, sizeof n2, "%s forward", name);
+        cmp_f(n2, out, (size_t)B * C, TOL);
+        Buf *am_in = am;
+        if (mode == MHA_POOL_MAX) {
+            snprintf(n2, sizeof n2, "%s forward argmax", name);
+            cmp_i(n2, am, (size_t)B * C);
+            int32_t *h = malloc((size_t)B * C * 4 + 1);
+            cpu->to_host(h, am->c, (size_t)B * C * 4);
+            am_in = in_i(h, (size_t)B * C);
+            free(h);
+        }
+        Buf *dout = in_rand((size_t)B * C, -1, 1), *dinp = in_rand((size_t)B * T * C, -1, 1);
+        cpu->pool_backward(FC(dinp), FC(dout), IC(am_in), IC(len), B, T, C, mode);
+        gpu->pool_backward(F(dinp), F(dout), I(am_in), I(len), B, T, C, mode);
+        snprintf(n2, sizeof n2, "%s backward", name);
+        cmp_f(n2, dinp, (size_t)B * T * C, TOL);
+        free_all();
+    }
+    free(hl);
+}
+
+static void test_crossentropy(int B, int K, int with_grad) {
+    char name[128], n2[160];
+    snprintf(name, sizeof name, "crossentropy B=%d K=%d grad=%d", B, K, with_grad);
+    if (!wanted(name)) return;
+    int32_t *hy = h_randint(B, 0, K - 1);
+    Buf *y = in_i(hy, B);
+    Buf *logits = in_rand((size_t)B * K, -3, 3);
+    Buf *loss = out_poison(B, 4), *probs = out_poison((size_t)B * K, 4);
+    Buf *dl = in_rand((size_t)B * K, -1, 1);
+    cpu->crossentropy(FC(loss), FC(probs), with_grad ? FC(dl) : NULL, FC(logits), IC(y), B, K, 0.1f,
+                      0.25f);
+    gpu->crossentropy(F(loss), F(probs), with_grad ? F(dl) : NULL, F(logits), I(y), B, K, 0.1f, 0.25f);
+    snprintf(n2, sizeof n2, "%s losses", name);
+    cmp_f(n2, loss, B, TOL);
+    snprintf(n2, sizeof n2, "%s probs", name);
+    cmp_f(n2, probs, (size_t)B * K, TOL);
+    snprintf(n2, sizeof n2, "%s dlogits", name);
+    cmp_f(n2, dl, (size_t)B * K, TOL);
+    free(hy);
+    free_all();
+}
+
+static void test_adamw(size_t n, int t) {
+    char name[128], n2[160];
+    snprintf(name, sizeof name, "adamw n=%zu t=%d", n, t);
+    if (!wanted(name)) return;
+    Buf *p = in_rand(n, -1, 1), *g = in_rand(n, -1, 1), *m = in_rand(n, -0.1f, 0.1f);
+    Buf *v = in_rand(n, 0.001f, 0.01f);
+    for (int rep = 0; rep < 3; rep++) {
+        cpu->adamw(FC(p), FC(g), FC(m), FC(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t + rep);
+        gpu->adamw(F(p), F(g), F(m), F(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t + rep);
+    }
+    snprintf(n2, sizeof n2, "%s p", name);
+    cmp_f(n2, p, n, TOL);
+    snprintf(n2, sizeof n2, "%s m", name);
+    cmp_f(n2, m, n, TOL);
+    snprintf(n2, sizeof n2, "%s v", name);
+    cmp_f(n2, v, n, TOL);
+    free_all();
+}
+
+static void test_sum_squares(size_t n) {
+    char name[128];
+    snprintf(name, sizeof name, "sum_squares n=%zu", n);
+    if (!wanted(name)) return;
+    Buf *x = in_rand(n, -2, 2);
+    double a = cpu->sum_squares(FC(x), n), b = gpu->sum_squares(F(x), n);
+    double b2 = gpu->sum_squares(F(x), n);
+    double e = fabs(a - b) / fabs(a);
+    n_checks++;
+    printf("%-4s %-64s rel %.3g\n", e < 1e-10 && b == b2 ? "ok" : "FAIL", name, e);
+    CHECK(e < 1e-10, "%s: cpu %.17g gpu %.17g", name, a, b);
+    CHECK(b == b2, "%s: two gpu runs differ", name);
+    free_all();
+}
+
+static void test_memory_ops(void) {
+    if (!wanted("memory")) return;
+    const size_t n = 1000;
+    float *h = h_rand(n, -1, 1), *back = malloc(n * 4);
+    float *a = gpu->alloc(n * 4), *b = gpu->alloc(n * 4);
+    gpu->to_device(a, h, n * 4);
+    gpu->copy(b, a, n * 4);
+    gpu->sync();
+    gpu->to_host(back, b, n * 4);
+    n_checks++;
+    int ok = memcmp(h, back, n * 4) == 0;
+    gpu->zero(b, n * 4);
+    gpu->to_host(back, b, n * 4);
+    for (size_t i = 0; i < n; i++) ok = ok && back[i] == 0.0f;
+    printf("%-4s %-64s\n", ok ? "ok" : "FAIL", "memory to_device/copy/to_host/zero");
+    CHECK(ok, "memory ops round trip");
+    gpu->free(a);
+    gpu->free(b);
+    gpu->free(NULL);
+    free(h);
+    free(back);
+}
+
+int main(void) {
+    char why[256] = "";
+    gpu = mha_cuda_backend(0, why, sizeof why);
+    if (!gpu) {
+        printf("SKIP: %s\n", why[0] ? why : "no CUDA device visible");
+        return 77;
+    }
+    cpu = mha_cpu_backend(0);
+    filter = getenv("MHA_TEST_FILTER");
+    if (filter && !*filter) filter = NULL;
+
+    test_memory_ops();
+
+    test_linear(37, 24, 40, 1);
+    test_linear(37, 24, 40, 0);
+    test_linear(5, 3, 1, 1);
+    test_linear(300, 96, 130, 1);
+    test_linear(1024, 64, 192, 1);
+
+    test_embed(3, 9, 16, 11, 1);
+    test_embed(2, 5, 7, 3, 0);
+    test_embed(8, 600, 40, 50, 1);      /* N = 4800: the sort's global merge steps */
+    test_embed(4, 1024, 33, 3000, 1);
+
+    test_layernorm(33, 48);
+    test_layernorm(7, 7);
+    test_layernorm(100, 300);
+    test_layernorm(17, 1024);
+    test_layernorm(1000, 64);           /* several row groups in the column sums */
+
+    test_elementwise(1001);
+    test_elementwise(100003);
+
+    static const int Ts[3] = {7, 64, 200}, HSs[3] = {4, 16, 64};
+    for (int ti = 0; ti < 3; ti++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int drop = 0; drop < 2; drop++)
+                    test_attention(3 + (ti == 1), Ts[ti], 2, HSs[hi], causal, drop ? 0.1f : 0.0f,
+                                   ti == 1);
+    test_attention(2, 130, 3, 8, 1, 0.0f, 0);
+    test_attention(2, 100, 2, 32, 0, 0.1f, 0);
+    test_attention(2, 70, 1, 128, 0, 0.0f, 0);   /* the D = 128 kernels */
+    test_attention(2, 70, 1, 100, 1, 0.1f, 0);   /* HS 100 padded to 128 */
+    test_attention(2, 50, 2, 48, 1, 0.0f, 0);    /* HS 48 padded to 64 */
+
+    test_pool(5, 11, 20);
+    test_pool(3, 40, 70);
+
+    test_crossentropy(6, 7, 1);
+    test_crossentropy(3, 100, 1);
+    test_crossentropy(4, 2, 0);
+
+    test_adamw(1001, 1);
+    test_adamw(100003, 10);
+
+    test_sum_squares(1000003);
+    test_sum_squares(17);
+
+    printf("%d checks\n", n_checks);
+    return test_finish("test_cuda_ops");
+}

@@ -1,0 +1,393 @@
+/* tests/data/test_dataset.c: the TSV, fastText, JSON Lines and plain readers on files
+ * written to a temporary folder: BOM, CRLF, empty and over-long lines, label maps,
+ * vocabulary, every malformed form and its "FILE:LINE: ..." message. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/dataset.h"
+#include "tests/test_util.h"
+
+static char g_dir[64];
+static char g_paths[64][128];
+static int g_n_paths;
+
+/* Write a file in the temp folder; returns its path. */
+static const char *put(const char *name, const char *content, size_t len) {
+    char *p = g_paths[g_n_paths++];
+    snprintf(p, 128, "%s/%s", g_dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f) {
+        perror(p);
+        exit(1);
+    }
+    fwrite(content, 1, len, f);
+    fclose(f);
+    return p;
+}
+#define PUT(name, lit) put(name, lit, sizeof(lit) - 1)
+
+static ReadOptions opts(int format) {
+    ReadOptions o;
+    memset(&o, 0, sizeof o);
+    o.format = format;
+    tokenizer_options_default(&o.tok);
+    o.max_line_bytes = 1 << 20;
+    return o;
+}
+
+/* Tokens of example i joined by '|'. */
+static const char *example(const Dataset *d, const Vocab *v, int i) {
+    static char buf[4096];
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int64_t k = d->offsets[i]; k < d->offsets[i + 1]; k++) {
+        w += (size_t)snprintf(buf + w, sizeof buf - w, "%s%s", k > d->offsets[i] ? "|" : "",
+                              vocab_token(v, d->ids[k]));
+        if (w >= sizeof buf) break;
+    }
+    return buf;
+}
+
+/* Train on `path` expecting an error whose message equals (or, with prefix=1, starts
+ * with) `want`. */
+static int train_fails(const char *path, ReadOptions o, const char *want, int prefix) {
+    Vocab *v = NULL;
+    LabelMap lm = {0, NULL};
+    Dataset d;
+    MhaError err = {0, ""};
+    int rc = dataset_load_train(path, &o, 1, 0, &v, &lm, &d, &err);
+    if (rc == 0) {
+        fprintf(stderr, "%s: loaded, expected '%s'\n", path, want);
+        vocab_free(v);
+        labelmap_free(&lm);
+        dataset_free(&d);
+        return 0;
+    }
+    int ok = rc == MHA_EXIT_DATA && err.code == MHA_EXIT_DATA && v == NULL && lm.n == 0 &&
+             (prefix ? strncmp(err.msg, want, strlen(want)) == 0 : strcmp(err.msg, want) == 0);
+    if (!ok) fprintf(stderr, "got  '%s'\nwant '%s'\n", err.msg, want);
+    return ok;
+}
+
+static char *msg(const char *fmt, const char *path) {
+    static char buf[1024];
+    snprintf(buf, sizeof buf, fmt, path);
+    return buf;
+}
+
+static void test_tsv(void) {
+    const char *train = PUT("train.tsv",
+        "\xEF\xBB\xBF" "酒店\t房间很干净，服务好！\r\n"
+        "\r\n"
+        "书籍\t这本书很好看\r\n"
+        "   \n"
+        " b \tHello World 2024\n"
+        "酒店\t\n"
+        "书籍\t好书\ta\ttab\n");
+    ReadOptions o = opts(FORMAT_AUTO);
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d;
+    MhaError err = {0, ""};
+    int rc = dataset_load_train(train, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0, "load: %s", err.msg);
+    if (rc) return;
+    CHECK(d.n == 5 && d.n_lines == 7 && d.n_empty == 2 && d.n_long == 0, "n %d lines %ld empty %ld long %ld",
+          d.n, d.n_lines, d.n_empty, d.n_long);
+    CHECK(lm.n == 3 && strcmp(lm.names[0], "b") == 0 && strcmp(lm.names[1], "书籍") == 0 &&
+              strcmp(lm.names[2], "酒店") == 0,
+          "labels sorted by bytes, spaces trimmed");
+    CHECK(labelmap_find(&lm, "酒店") == 2 && labelmap_find(&lm, "x") == -1 && labelmap_find(&lm, "") == -1,
+          "labelmap_find");
+    CHECK(d.labels[0] == 2 && d.labels[1] == 1 && d.labels[2] == 0 && d.labels[3] == 2 && d.labels[4] == 1,
+          "label ids");
+    CHECK(d.line_no[0] == 1 && d.line_no[1] == 3 && d.line_no[2] == 5 && d.line_no[3] == 6 &&
+              d.line_no[4] == 7,
+          "line numbers");
+    CHECK(strcmp(example(&d, v, 0), "房|间|很|干|净|,|服|务|好|!") == 0, "ex 0: %s", example(&d, v, 0));
+    CHECK(strcmp(example(&d, v, 2), "hello|world|2024") == 0, "ex 2: %s", example(&d, v, 2));
+    CHECK(d.offsets[4] == d.offsets[3], "empty text has no tokens");
+    CHECK(strcmp(example(&d, v, 4), "好|书|a|tab") == 0, "later tabs are text: %s", example(&d, v, 4));
+    CHECK(d.n_tokens == d.offsets[d.n] && d.n_tokens == 10 + 6 + 3 + 0 + 4, "n_tokens %ld", d.n_tokens);
+    CHECK(d.n_unk == 0, "min_count 1: no UNK in train");
+    CHECK(vocab_lookup(v, "好", 3) == 3, "好 (3 times) is the first id");
+    dataset_free(&d);
+    vocab_free(v);
+    labelmap_free(&lm);
+
+    /* min_count 2 turns singletons into UNK */
+    rc = dataset_load_train(train, &o, 2, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && vocab_size(v) == 6, "min_count 2: vocab %d", rc ? -1 : vocab_size(v));
+    CHECK(rc == 0 && d.n_unk == d.n_tokens - 7, "n_unk %ld of %ld", d.n_unk, d.n_tokens);
+
+    /* dev: known labels, UNK counting */
+    const char *dev = PUT("dev.tsv", "b\t好 zzz\n书籍\t书\n");
+    Dataset dd;
+    rc = dataset_load(dev, &o, v, &lm, &dd, &err);
+    CHECK(rc == 0 && dd.n == 2 && dd.labels[0] == 0 && dd.labels[1] == 1 && dd.n_tokens == 3 && dd.n_unk == 1,
+          "dev: %s", rc ? err.msg : "");
+    if (!rc) dataset_free(&dd);
+
+    /* unknown label in dev */
+    const char *dev2 = PUT("dev2.tsv", "b\tok\n\n酒店\tok\n体育\tgo\n");
+    rc = dataset_load(dev2, &o, v, &lm, &dd, &err);
+    CHECK(rc == MHA_EXIT_DATA &&
+              strcmp(err.msg, msg("%s:4: label '体育' does not occur in the training set (known "
+                                  "labels: b, 书籍, 酒店)", dev2)) == 0,
+          "unknown label: %s", err.msg);
+    CHECK(dd.n == 0 && dd.ids == NULL, "dataset cleared after an error");
+
+    /* no label map: labels ignored */
+    rc = dataset_load(dev2, &o, v, NULL, &dd, &err);
+    CHECK(rc == 0 && dd.n == 3 && dd.labels[2] == -1, "labels not read without a label map");
+    if (!rc) dataset_free(&dd);
+
+    /* plain text for prediction */
+    ReadOptions po = opts(FORMAT_PLAIN);
+    const char *plain = PUT("plain.txt", "书 好\n\n__label__x 好\n");
+    rc = dataset_load(plain, &po, v, NULL, &dd, &err);
+    CHECK(rc == 0 && dd.n == 2 && dd.labels[0] == -1 && dd.n_tokens == 2 + 7, "plain: %s",
+          rc ? err.msg : "");
+    if (!rc) dataset_free(&dd);
+
+    dataset_free(&d);
+    vocab_free(v);
+    labelmap_free(&lm);
+    CHECK(lm.n == 0 && lm.names == NULL, "labelmap_free clears");
+}
+
+static void test_fasttext_jsonl(void) {
+    ReadOptions o = opts(FORMAT_AUTO);
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d;
+    MhaError err = {0, ""};
+    const char *ft = PUT("train.ft", "__label__pos __label__extra  great movie\n"
+                                     "\n"
+                                     "__label__neg\tbad\n"
+                                     "__label__pos\n");
+    int rc = dataset_load_train(ft, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3 && lm.n == 2 && strcmp(lm.names[0], "neg") == 0, "fasttext: %s", err.msg);
+    if (!rc) {
+        CHECK(d.labels[0] == 1 && d.labels[1] == 0 && d.labels[2] == 1, "fasttext labels");
+        CHECK(strcmp(example(&d, v, 0), "great|movie") == 0, "first label only: %s", example(&d, v, 0));
+        CHECK(d.offsets[3] == d.offsets[2], "label without text");
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+
+    const char *js = PUT("train.jsonl",
+        "{\"label\": \"酒店\", \"text\": \"很好\\n\\u0041B\"}\n"
+        "{\"text\": \"差\", \"label\": 1, \"extra\": [1, 2]}\r\n"
+        "\n"
+        "  {\"label\": -7, \"text\": \"\"}\n");
+    rc = dataset_load_train(js, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3 && lm.n == 3, "jsonl: %s", err.msg);
+    if (!rc) {
+        CHECK(strcmp(lm.names[0], "-7") == 0 && strcmp(lm.names[1], "1") == 0 && strcmp(lm.names[2], "酒店") == 0,
+              "integer labels become strings");
+        CHECK(strcmp(example(&d, v, 0), "很|好|ab") == 0, "escapes decoded: %s", example(&d, v, 0));
+        CHECK(d.labels[1] == 1 && d.n_empty == 1, "jsonl labels / empty");
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+
+    /* explicit format wins over detection */
+    ReadOptions to = opts(FORMAT_TSV);
+    const char *tsvlike = PUT("ft_as_tsv.txt", "__label__a\tx\n");
+    rc = dataset_load_train(tsvlike, &to, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && lm.n == 1 && strcmp(lm.names[0], "__label__a") == 0, "format tsv forced");
+    if (!rc) {
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+}
+
+static void test_errors(void) {
+    ReadOptions o = opts(FORMAT_AUTO);
+    const char *p;
+    p = PUT("notab.tsv", "a\tx\nb\tx\nno tab here\n");
+    CHECK(train_fails(p, o, msg("%s:3: no tab between label and text (expected 'label<TAB>text')", p), 0),
+          "no tab");
+    p = PUT("nolabel.tsv", "a\tx\n  \tx\n");
+    CHECK(train_fails(p, o, msg("%s:2: empty label (expected 'label<TAB>text' with a non-empty label)", p), 0),
+          "empty label");
+    p = PUT("plain.tsv", "\nno format\n");
+    CHECK(train_fails(p, o, msg("%s:2: cannot tell the format", p), 1), "undetectable format");
+    CHECK(train_fails(p, opts(FORMAT_PLAIN), msg("%s: format plain has no labels", p), 1), "plain training");
+    p = PUT("ft.txt", "__label__a x\nplain line\n");
+    CHECK(train_fails(p, o, msg("%s:2: missing __label__ prefix (expected '__label__LABEL text')", p), 0),
+          "fasttext without prefix");
+    p = PUT("ft2.txt", "__label__ x\n");
+    CHECK(train_fails(p, o, msg("%s:1: empty label after __label__ (expected '__label__LABEL text')", p), 0),
+          "fasttext empty label");
+    p = PUT("bad.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n{\"label\": \"a\", \"text\": \"x\"\n");
+    CHECK(train_fails(p, o, msg("%s:2: bad JSON at byte offset", p), 1), "bad JSON");
+    p = PUT("trail.jsonl", "{\"label\": \"a\", \"text\": \"x\"} x\n");
+    CHECK(train_fails(p, o, msg("%s:1: bad JSON", p), 1), "trailing garbage");
+    p = PUT("arr.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n[1]\n");
+    CHECK(train_fails(p, opts(FORMAT_JSONL), msg("%s:2: the line is an array (expected a JSON object", p), 1),
+          "not an object");
+    p = PUT("notext.jsonl", "{\"label\": \"a\"}\n");
+    CHECK(train_fails(p, o, msg("%s:1: missing field \"text\" (expected {\"label\": ..., \"text\": ...})", p), 0),
+          "missing text");
+    p = PUT("numtext.jsonl", "{\"label\": \"a\", \"text\": 5}\n");
+    CHECK(train_fails(p, o, msg("%s:1: field \"text\" is a number (expected a string)", p), 0), "text type");
+    p = PUT("nolab.jsonl", "{\"text\": \"x\"}\n");
+    CHECK(train_fails(p, o, msg("%s:1: missing field \"label\" (expected {\"label\": ..., \"text\": ...})", p), 0),
+          "missing label");
+    p = PUT("flt.jsonl", "{\"label\": 1.5, \"text\": \"x\"}\n");
+    CHECK(train_fails(p, o, msg("%s:1: field \"label\" is a number that is not an integer (expected a "
+                                "string or an integer)", p), 0),
+          "float label");
+    p = PUT("bool.jsonl", "{\"label\": true, \"text\": \"x\"}\n");
+    CHECK(train_fails(p, o, msg("%s:1: field \"label\" is a boolean (expected a string or an integer)", p), 0),
+          "bool label");
+    p = PUT("emptylab.jsonl", "{\"label\": \"\", \"text\": \"x\"}\n");
+    CHECK(train_fails(p, o, msg("%s:1: empty label", p), 1), "empty JSON label");
+    p = PUT("surr.jsonl", "{\"label\": \"a\", \"text\": \"\\ud800\"}\n");
+    {   /* a lone surrogate escape: rejected by cJSON or by the UTF-8 check, never loaded */
+        Vocab *v = NULL;
+        LabelMap lm = {0, NULL};
+        Dataset d;
+        MhaError err = {0, ""};
+        int rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+        CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":1: "), "lone surrogate: %s", err.msg);
+        if (!rc) {
+            dataset_free(&d);
+            vocab_free(v);
+            labelmap_free(&lm);
+        }
+    }
+    p = PUT("empty.tsv", "\n\r\n   \n");
+    CHECK(train_fails(p, o, msg("%s: no examples in 3 lines", p), 1), "no examples");
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/does-not-exist.tsv", g_dir);
+    CHECK(train_fails(missing, o, msg("%s: cannot open (No such file or directory)", missing), 0), "missing file");
+
+    /* invalid UTF-8 and NUL bytes: offsets in the line (the BOM counts) */
+    p = PUT("bad8.tsv", "\xEF\xBB\xBF" "a\tok\na\tb\xC3(\n");
+    CHECK(train_fails(p, o, msg("%s:2: invalid UTF-8 at byte offset 3 (expected UTF-8 text; set "
+                                "data.replace_invalid=true to replace bad bytes with U+FFFD)", p), 0),
+          "invalid UTF-8");
+    p = PUT("bad8b.tsv", "\xEF\xBB\xBF" "a\to\xFFk\n");
+    CHECK(train_fails(p, o, msg("%s:1: invalid UTF-8 at byte offset 6 ", p), 1), "offset counts the BOM");
+    p = PUT("nul.tsv", "a\tok\na\tb\0c\n");
+    CHECK(train_fails(p, o, msg("%s:2: NUL byte at byte offset 3 (expected UTF-8 text; set "
+                                "data.replace_invalid=true to replace bad bytes with U+FFFD)", p), 0),
+          "NUL byte");
+    ReadOptions ro = o;
+    ro.tok.replace_invalid = 1;
+    p = PUT("fix.tsv", "a\tb\xC3(\na\tx\0y\nl\xFF\tz\n");
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d;
+    MhaError err = {0, ""};
+    int rc = dataset_load_train(p, &ro, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3, "replace_invalid loads: %s", err.msg);
+    if (!rc) {
+        CHECK(strcmp(example(&d, v, 0), "b|\xEF\xBF\xBD|(") == 0, "replaced: %s", example(&d, v, 0));
+        CHECK(strcmp(example(&d, v, 1), "x|\xEF\xBF\xBD|y") == 0, "NUL replaced: %s", example(&d, v, 1));
+        CHECK(lm.n == 2 && strcmp(lm.names[1], "l\xEF\xBF\xBD") == 0, "label replaced");
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+}
+
+static void test_long_lines(void) {
+    /* 100 CJK characters (300 bytes) cut at 100 bytes -> 33 characters */
+    char buf[4096];
+    size_t w = 0;
+    w += (size_t)snprintf(buf + w, sizeof buf - w, "x\tshort\n");
+    w += (size_t)snprintf(buf + w, sizeof buf - w, "y\t");
+    for (int i = 0; i < 100; i++) w += (size_t)snprintf(buf + w, sizeof buf - w, "好");
+    w += (size_t)snprintf(buf + w, sizeof buf - w, "\nz\t");
+    for (int i = 0; i < 150; i++) buf[w++] = 'a';
+    buf[w++] = '\n';
+    const char *p = put("long.tsv", buf, w);
+    ReadOptions o = opts(FORMAT_AUTO);
+    o.max_line_bytes = 100;
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d;
+    MhaError err = {0, ""};
+    int rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3 && d.n_long == 2, "long lines: %s n_long %ld", err.msg, d.n_long);
+    if (!rc) {
+        CHECK(d.offsets[2] - d.offsets[1] == 33, "cut at a character boundary: %lld tokens",
+              (long long)(d.offsets[2] - d.offsets[1]));
+        CHECK(d.offsets[3] - d.offsets[2] == 1 && strlen(vocab_token(v, d.ids[d.offsets[2]])) == 100,
+              "Latin run cut at 100 bytes");
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+    /* a very long line (3 MB) is read whole, cut, and its buffer released */
+    size_t big = 3u << 20;
+    char *s = malloc(big + 8);
+    memcpy(s, "a\t", 2);
+    memset(s + 2, 'a', big - 2);
+    s[big] = '\n';
+    memcpy(s + big + 1, "b\tok\n", 5);
+    p = put("huge.tsv", s, big + 6);
+    free(s);
+    o.max_line_bytes = 1000;
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 2 && d.n_long == 1 && d.offsets[1] == 1, "huge line: %s", err.msg);
+    if (!rc) {
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+}
+
+static void test_parse_line(void) {
+    char line[256];
+    char *label, *text;
+    MhaError err;
+    CHECK(detect_format("__label__a b") == FORMAT_FASTTEXT && detect_format("{\"a\":1}") == FORMAT_JSONL &&
+              detect_format("a\tb") == FORMAT_TSV && detect_format("plain text") == FORMAT_PLAIN &&
+              detect_format("\xEF\xBB\xBF{}") == FORMAT_JSONL && detect_format("") == FORMAT_PLAIN &&
+              detect_format("\xEF") == FORMAT_PLAIN,
+          "detect_format");
+    CHECK(format_from_name("auto") == FORMAT_AUTO && format_from_name("tsv") == FORMAT_TSV &&
+              format_from_name("fasttext") == FORMAT_FASTTEXT && format_from_name("jsonl") == FORMAT_JSONL &&
+              format_from_name("plain") == FORMAT_PLAIN && format_from_name("csv") == -1,
+          "format_from_name");
+    strcpy(line, "酒店\t很好");
+    CHECK(parse_line(line, FORMAT_AUTO, &label, &text, &err) == 0 && strcmp(label, "酒店") == 0 &&
+              strcmp(text, "很好") == 0, "tsv line");
+    strcpy(line, "{\"label\":\"x\",\"text\":\"t\\u00e9\"}");
+    CHECK(parse_line(line, FORMAT_JSONL, &label, &text, &err) == 0 && strcmp(label, "x") == 0 &&
+              strcmp(text, "t\xC3\xA9") == 0, "json line");
+    strcpy(line, "{\"text\":\"only\"}");
+    CHECK(parse_line(line, FORMAT_JSONL, &label, &text, &err) == 0 && label == NULL &&
+              strcmp(text, "only") == 0, "json line without label");
+    strcpy(line, "just text\there");
+    CHECK(parse_line(line, FORMAT_PLAIN, &label, &text, &err) == 0 && label == NULL && text == line,
+          "plain line");
+    strcpy(line, "x");
+    CHECK(parse_line(line, 42, &label, &text, &err) == MHA_EXIT_DATA && strstr(err.msg, "unknown format"),
+          "unknown format");
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/mha-test-data-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_parse_line();
+    test_tsv();
+    test_fasttext_jsonl();
+    test_errors();
+    test_long_lines();
+    for (int i = 0; i < g_n_paths; i++) unlink(g_paths[i]);
+    rmdir(g_dir);
+    return test_finish("test_dataset");
+}

@@ -1,0 +1,585 @@
+/* tests/kernels/test_cpu_ops.c: the float CPU backend (through its Backend table) against
+ * the double instantiation of the same kernels, on random inputs of awkward sizes.
+ *
+ * Errors are normwise, max|a - b| / max|b| with b the double reference; the limit is 1e-5.
+ * Also: math vs fused attention (forward and backward, padding, causal, dropout), zeros on
+ * padded query rows, no NaN when an example has no valid key, untouched gradients on padded
+ * rows, exact dropout masks, embed_backward bitwise identical with 1 and 2 threads, AdamW
+ * against a hand-computed step, and the vectorised expf against exp. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/layers_f64.h"
+#include "kernels/rng.h"
+
+#define TOL 1e-5
+
+static const Backend *be;
+static int failures = 0;
+static uint64_t fill_counter = 0;
+
+static void result(const char *what, double err, double tol) {
+    int ok = err < tol;   /* NaN fails */
+    printf("%-48s err=%.3e  %s\n", what, err, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+static void expect(const char *what, int ok) {
+    printf("%-48s %s\n", what, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+
+/* ---- buffers: every float buffer has a double twin holding the same values ---- */
+static float *falloc(size_t n) {
+    float *p = be->alloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+static double *dalloc(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof(double));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+/* f (n) uniform in [lo, hi) and d (n) = the same values in double */
+static void fill2(float *f, double *d, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) {
+        f[i] = lo + (hi - lo) * mha_rng_uniform(2024, fill_counter++);
+        if (d) d[i] = f[i];
+    }
+}
+/* normwise error of a against reference b */
+static double nerr(const float *a, const double *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= md)) md = d;   /* NaN propagates */
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+static double nerr_ff(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= md)) md = d;
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* ---------------------------------- linear ---------------------------------- */
+static void test_linear(int with_bias) {
+    const int N = 67, IC = 48, OC = 40;
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = falloc(ni), *w = falloc(nw), *bias = falloc(OC), *out = falloc(no), *dout = falloc(no);
+    float *dinp = falloc(ni), *dw = falloc(nw), *db = falloc(OC);
+    double *inp_d = dalloc(ni), *w_d = dalloc(nw), *bias_d = dalloc(OC), *out_d = dalloc(no);
+    double *dout_d = dalloc(no), *dinp_d = dalloc(ni), *dw_d = dalloc(nw), *db_d = dalloc(OC);
+    fill2(inp, inp_d, ni, -1, 1), fill2(w, w_d, nw, -1, 1), fill2(bias, bias_d, OC, -1, 1);
+    fill2(dout, dout_d, no, -1, 1);
+    /* gradients start non-zero: backward must accumulate */
+    fill2(dinp, dinp_d, ni, -1, 1), fill2(dw, dw_d, nw, -1, 1), fill2(db, db_d, OC, -1, 1);
+    be->linear_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
+    mha_linear_forward_f64(out_d, inp_d, w_d, with_bias ? bias_d : NULL, N, IC, OC);
+    be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+    mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC);
+    result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", nerr(out, out_d, no), TOL);
+    if (with_bias) {
+        result("linear backward dinp", nerr(dinp, dinp_d, ni), TOL);
+        result("linear backward dw", nerr(dw, dw_d, nw), TOL);
+        result("linear backward dbias", nerr(db, db_d, OC), TOL);
+    }
+    be->free(inp), be->free(w), be->free(bias), be->free(out), be->free(dout);
+    be->free(dinp), be->free(dw), be->free(db);
+    free(inp_d), free(w_d), free(bias_d), free(out_d), free(dout_d), free(dinp_d), free(dw_d), free(db_d);
+}
+
+/* -------------------------------- embedding -------------------------------- */
+static void test_embedding(void) {
+    const int B = 8, T = 64, C = 96, V = 50, maxT = 80;
+    size_t nt = (size_t)V * C, np = (size_t)maxT * C, no = (size_t)B * T * C;
+    int32_t *ids = be->alloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) ids[i] = (int32_t)(mha_rng_u64(5, (uint64_t)i) % V);
+    float *tok = falloc(nt), *pos = falloc(np), *out = falloc(no), *dout = falloc(no);
+    float *dtok = falloc(nt), *dpos = falloc(np);
+    double *tok_d = dalloc(nt), *pos_d = dalloc(np), *out_d = dalloc(no), *dout_d = dalloc(no);
+    double *dtok_d = dalloc(nt), *dpos_d = dalloc(np);
+    fill2(tok, tok_d, nt, -1, 1), fill2(pos, pos_d, np, -1, 1), fill2(dout, dout_d, no, -1, 1);
+    fill2(dtok, dtok_d, nt, -1, 1), fill2(dpos, dpos_d, np, -1, 1);
+    be->embed_forward(out, ids, tok, pos, B, T, C);
+    mha_embed_forward_f64(out_d, ids, tok_d, pos_d, B, T, C);
+    result("embed forward", nerr(out, out_d, no), TOL);
+
+    /* determinism: bitwise equal results with 1 and 2 threads */
+    float *dtok1 = falloc(nt), *dpos1 = falloc(np), *dtok2 = falloc(nt), *dpos2 = falloc(np);
+    memcpy(dtok1, dtok, nt * sizeof(float)), memcpy(dpos1, dpos, np * sizeof(float));
+    memcpy(dtok2, dtok, nt * sizeof(float)), memcpy(dpos2, dpos, np * sizeof(float));
+    mha_cpu_backend(1)->embed_backward(dtok1, dpos1, dout, ids, B, T, C);
+    mha_cpu_backend(2)->embed_backward(dtok2, dpos2, dout, ids, B, T, C);
+    expect("embed backward bitwise equal, 1 vs 2 threads",
+           memcmp(dtok1, dtok2, nt * sizeof(float)) == 0 &&
+               memcmp(dpos1, dpos2, np * sizeof(float)) == 0);
+
+    be->embed_backward(dtok, dpos, dout, ids, B, T, C);
+    mha_embed_backward_f64(dtok_d, dpos_d, dout_d, ids, B, T, C);
+    result("embed backward dtok", nerr(dtok, dtok_d, nt), TOL);
+    result("embed backward dpos", nerr(dpos, dpos_d, np), TOL);
+    be->free(ids), be->free(tok), be->free(pos), be->free(out), be->free(dout), be->free(dtok);
+    be->free(dpos), be->free(dtok1), be->free(dpos1), be->free(dtok2), be->free(dpos2);
+    free(tok_d), free(pos_d), free(out_d), free(dout_d), free(dtok_d), free(dpos_d);
+}
+
+/* -------------------------------- layernorm -------------------------------- */
+static void test_layernorm(void) {
+    const int N = 300, C = 72;
+    size_t n = (size_t)N * C;
+    float *inp = falloc(n), *w = falloc(C), *b = falloc(C), *out = falloc(n), *mean = falloc(N);
+    float *rstd = falloc(N), *dout = falloc(n), *dinp = falloc(n), *dw = falloc(C), *db = falloc(C);
+    double *inp_d = dalloc(n), *w_d = dalloc(C), *b_d = dalloc(C), *out_d = dalloc(n);
+    double *mean_d = dalloc(N), *rstd_d = dalloc(N), *dout_d = dalloc(n), *dinp_d = dalloc(n);
+    double *dw_d = dalloc(C), *db_d = dalloc(C);
+    fill2(inp, inp_d, n, -3, 5), fill2(w, w_d, C, 0.5f, 1.5f), fill2(b, b_d, C, -1, 1);
+    fill2(dout, dout_d, n, -1, 1), fill2(dinp, dinp_d, n, -1, 1);
+    fill2(dw, dw_d, C, -1, 1), fill2(db, db_d, C, -1, 1);
+    be->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    mha_layernorm_forward_f64(out_d, mean_d, rstd_d, inp_d, w_d, b_d, N, C);
+    result("layernorm forward out", nerr(out, out_d, n), TOL);
+    result("layernorm forward mean", nerr(mean, mean_d, N), TOL);
+    result("layernorm forward rstd", nerr(rstd, rstd_d, N), TOL);
+    be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    mha_layernorm_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, mean_d, rstd_d, N, C);
+    result("layernorm backward dinp", nerr(dinp, dinp_d, n), TOL);
+    result("layernorm backward dw", nerr(dw, dw_d, C), TOL);
+    result("layernorm backward db", nerr(db, db_d, C), TOL);
+    be->free(inp), be->free(w), be->free(b), be->free(out), be->free(mean), be->free(rstd);
+    be->free(dout), be->free(dinp), be->free(dw), be->free(db);
+    free(inp_d), free(w_d), free(b_d), free(out_d), free(mean_d), free(rstd_d), free(dout_d);
+    free(dinp_d), free(dw_d), free(db_d);
+}
+
+/* ------------------------------- elementwise ------------------------------- */
+static void test_elementwise(void) {
+    const size_t n = 40000;   /* above the OpenMP threshold */
+    float *x = falloc(n), *y = falloc(n), *out = falloc(n), *g = falloc(n), *d = falloc(n);
+    double *x_d = dalloc(n), *out_d = dalloc(n), *g_d = dalloc(n), *d_d = dalloc(n);
+    fill2(x, x_d, n, -6, 6), fill2(g, g_d, n, -1, 1);
+    for (int act = 0; act < 2; act++) {
+        const char *nm = act == MHA_ACT_GELU ? "gelu" : "relu";
+        char what[64];
+        fill2(d, d_d, n, -1, 1);
+        be->act_forward(out, x, n, act);
+        mha_act_forward_f64(out_d, x_d, n, act);
+        snprintf(what, sizeof what, "%s forward", nm);
+        result(what, nerr(out, out_d, n), TOL);
+        be->act_backward(d, g, x, n, act);
+        mha_act_backward_f64(d_d, g_d, x_d, n, act);
+        snprintf(what, sizeof what, "%s backward", nm);
+        result(what, nerr(d, d_d, n), TOL);
+    }
+
+    /* dropout: the mask is exactly the RNG's, kept values scaled by 1/(1-p) */
+    const float p = 0.25f;
+    const uint64_t seed = 77, offset = 123456;
+    be->dropout_forward(out, x, n, p, seed, offset);
+    mha_dropout_forward_f64(out_d, x_d, n, p, seed, offset);
+    result("dropout forward vs double", nerr(out, out_d, n), TOL);
+    size_t wrong = 0, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int keep = mha_rng_uniform(seed, offset + i) >= p;
+        kept += keep;
+        if (keep ? out[i] != x[i] * (1.0f / (1.0f - p)) : out[i] != 0) wrong++;
+    }
+    expect("dropout forward mask exact", wrong == 0);
+    printf("  dropout kept fraction %.4f (expected %.2f)\n", (double)kept / n, 1.0 - p);
+    fill2(d, d_d, n, -1, 1);
+    float *d0 = falloc(n);
+    memcpy(d0, d, n * sizeof(float));
+    be->dropout_backward(d, g, n, p, seed, offset);
+    mha_dropout_backward_f64(d_d, g_d, n, p, seed, offset);
+    result("dropout backward", nerr(d, d_d, n), TOL);
+    wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        float add = mha_rng_uniform(seed, offset + i) >= p ? g[i] * (1.0f / (1.0f - p)) : 0.0f;
+        if (d[i] != d0[i] + add) wrong++;
+    }
+    expect("dropout backward = start + mask * dout / (1-p)", wrong == 0);
+    be->free(d0);
+    be->dropout_forward(out, x, n, 0.0f, seed, offset);
+    expect("dropout p=0 copies", memcmp(out, x, n * sizeof(float)) == 0);
+
+    /* add, accumulate, scale, sum_squares */
+    fill2(y, NULL, n, -1, 1);
+    be->add(out, x, y, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= out[i] == x[i] + y[i];
+    expect("add", ok);
+    memcpy(d, x, n * sizeof(float));
+    be->accumulate(d, y, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= d[i] == x[i] + y[i];
+    expect("accumulate", ok);
+    be->scale(d, n, 0.5f);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= d[i] == (x[i] + y[i]) * 0.5f;
+    expect("scale", ok);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += x_d[i] * x_d[i];
+    result("sum_squares", fabs(be->sum_squares(x, n) - ss) / ss, 1e-12);
+    const size_t nbig = 3000000;
+    float *big = falloc(nbig);
+    fill2(big, NULL, nbig, -1, 1);
+    double s1 = mha_cpu_backend(1)->sum_squares(big, nbig);
+    double s2 = mha_cpu_backend(2)->sum_squares(big, nbig);
+    be = mha_cpu_backend(0);
+    expect("sum_squares bitwise equal, 1 vs 2 threads", s1 == s2);
+    be->free(big);
+    be->free(x), be->free(y), be->free(out), be->free(g), be->free(d);
+    free(x_d), free(out_d), free(g_d), free(d_d);
+}
+
+/* -------------------------------- attention -------------------------------- */
+enum { AB = 6, AT = 150, AC = 64, ANH = 4 };
+/* lengths: full, odd, none (no valid key anywhere), one, block edges 64 and 65 */
+static const int32_t att_len[AB] = {150, 77, 0, 1, 64, 65};
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Attention straight from its definition (docs/model.md, backend.h), in double and plain
+ * loops, independent of layers_impl.h: y (B, T, C) from qkv (B, T, 3C). */
+static void naive_attention(double *y, const double *qkv, const int32_t *len, int B, int T, int C,
+                            int NH, int causal, float p, uint64_t seed) {
+    const int HS = C / NH;
+    double *s = dalloc((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                double *yi = y + ((size_t)b * T + i) * C + (size_t)h * HS;
+                for (int c = 0; c < HS; c++) yi[c] = 0;
+                if (i >= len[b]) continue;
+                const double *qi = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * HS;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < T; j++) {
+                    int valid = j < len[b] && (!causal || j <= i);
+                    const double *kj = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    double d = 0;
+                    for (int c = 0; c < HS; c++) d += qi[c] * kj[c];
+                    s[j] = valid ? d / sqrt((double)HS) : -INFINITY;
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j < T; j++) sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                for (int j = 0; j < T; j++) {
+                    if (s[j] == -INFINITY) continue;
+                    double pr = exp(s[j] - mx) / sum;
+                    uint64_t ctr = (((uint64_t)b * NH + h) * T + i) * T + j;
+                    if (p > 0) pr = mha_rng_uniform(seed, ctr) < p ? 0 : pr / (1 - (double)p);
+                    const double *vj = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS;
+                    for (int c = 0; c < HS; c++) yi[c] += pr * vj[c];
+                }
+            }
+    free(s);
+}
+
+static void test_attention(int causal, float p) {
+    const int B = AB, T = AT, C = AC, NH = ANH;
+    const uint64_t seed = 31337;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    size_t nl = (size_t)B * NH * T;
+    int32_t *len = be->alloc(B * sizeof(int32_t));
+    memcpy(len, att_len, sizeof att_len);
+    float *qkv = falloc(nq), *dout = falloc(no), *att = falloc(na), *datt = falloc(na);
+    float *out_m = falloc(no), *out_f = falloc(no), *lse = falloc(nl);
+    float *dq_m = falloc(nq), *dq_f = falloc(nq), *dq0 = falloc(nq);
+    double *qkv_d = dalloc(nq), *dout_d = dalloc(no), *att_d = dalloc(na), *datt_d = dalloc(na);
+    double *out_d = dalloc(no), *dq_d = dalloc(nq);
+    fill2(qkv, qkv_d, nq, -2, 2), fill2(dout, dout_d, no, -1, 1), fill2(dq0, dq_d, nq, -1, 1);
+    memcpy(dq_m, dq0, nq * sizeof(float)), memcpy(dq_f, dq0, nq * sizeof(float));
+    /* outputs start as NaN: every element must be written */
+    for (size_t i = 0; i < no; i++) out_m[i] = out_f[i] = NAN;
+    for (size_t i = 0; i < na; i++) att[i] = NAN;
+    for (size_t i = 0; i < nl; i++) lse[i] = NAN;
+
+    be->attention_forward_math(out_m, att, qkv, len, B, T, C, NH, causal, p, seed);
+    be->attention_forward_fused(out_f, lse, qkv, len, B, T, C, NH, causal, p, seed);
+    mha_attention_forward_math_f64(out_d, att_d, qkv_d, len, B, T, C, NH, causal, p, seed);
+    be->attention_backward_math(dq_m, datt, dout, qkv, att, len, B, T, C, NH, causal, p, seed);
+    be->attention_backward_fused(dq_f, dout, out_f, qkv, lse, len, B, T, C, NH, causal, p, seed);
+    mha_attention_backward_math_f64(dq_d, datt_d, dout_d, qkv_d, att_d, len, B, T, C, NH, causal,
+                                    p, seed);
+    char tag[48], what[96];
+    snprintf(tag, sizeof tag, "attention%s p=%.1f", causal ? " causal" : "", (double)p);
+    snprintf(what, sizeof what, "%s math fwd out", tag);
+    result(what, nerr(out_m, out_d, no), TOL);
+    naive_attention(out_d, qkv_d, len, B, T, C, NH, causal, p, seed);
+    snprintf(what, sizeof what, "%s math fwd vs definition", tag);
+    result(what, nerr(out_m, out_d, no), TOL);
+    snprintf(what, sizeof what, "%s math fwd att", tag);
+    result(what, nerr(att, att_d, na), TOL);
+    snprintf(what, sizeof what, "%s fused fwd out", tag);
+    result(what, nerr(out_f, out_d, no), TOL);
+    snprintf(what, sizeof what, "%s fused vs math fwd", tag);
+    result(what, nerr_ff(out_f, out_m, no), TOL);
+    snprintf(what, sizeof what, "%s math bwd dqkv", tag);
+    result(what, nerr(dq_m, dq_d, nq), TOL);
+    snprintf(what, sizeof what, "%s fused bwd dqkv", tag);
+    result(what, nerr(dq_f, dq_d, nq), TOL);
+    snprintf(what, sizeof what, "%s fused vs math bwd", tag);
+    result(what, nerr_ff(dq_f, dq_m, nq), TOL);
+
+    /* padded query rows: exact zeros; gradients of padded rows untouched; no NaN anywhere */
+    int zeros = 1, untouched = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = len[b]; t < T; t++) {
+            for (int c = 0; c < C; c++) {
+                size_t i = ((size_t)b * T + t) * C + c;
+                zeros &= out_m[i] == 0.0f && out_f[i] == 0.0f;
+            }
+            for (int c = 0; c < 3 * C; c++) {
+                size_t i = ((size_t)b * T + t) * 3 * C + c;
+                untouched &= dq_m[i] == dq0[i] && dq_f[i] == dq0[i];
+            }
+        }
+    snprintf(what, sizeof what, "%s padded rows: out zero", tag);
+    expect(what, zeros);
+    snprintf(what, sizeof what, "%s padded rows: dqkv untouched", tag);
+    expect(what, untouched);
+    snprintf(what, sizeof what, "%s finite (example with no key)", tag);
+    expect(what, all_finite(out_m, no) && all_finite(out_f, no) && all_finite(att, na) &&
+                     all_finite(lse, nl) && all_finite(dq_m, nq) && all_finite(dq_f, nq));
+    /* att: zeros at masked entries, rows sum to 1 on real rows */
+    int masked0 = 1;
+    double rowsum_err = 0;
+    for (int bh = 0; bh < B * NH; bh++) {
+        int L = len[bh / NH];
+        for (int i = 0; i < T; i++) {
+            double s = 0;
+            for (int j = 0; j < T; j++) {
+                float a = att[((size_t)bh * T + i) * T + j];
+                int valid = i < L && j < L && (!causal || j <= i);
+                if (!valid) masked0 &= a == 0.0f;
+                s += a;
+            }
+            if (i < L && fabs(s - 1) > rowsum_err) rowsum_err = fabs(s - 1);
+        }
+    }
+    snprintf(what, sizeof what, "%s att masked entries zero", tag);
+    expect(what, masked0);
+    snprintf(what, sizeof what, "%s att rows sum to 1", tag);
+    result(what, rowsum_err, 1e-5);
+
+    /* each (b, h) is one thread's work with single-threaded BLAS: the bits do not depend on
+     * the thread count (here 1 vs 3, more threads than this test's machine may have) */
+    float *o1 = falloc(no), *o3 = falloc(no), *l1 = falloc(nl), *l3 = falloc(nl);
+    float *g1 = falloc(nq), *g3 = falloc(nq);
+    const Backend *b1 = mha_cpu_backend(1);
+    b1->attention_forward_fused(o1, l1, qkv, len, B, T, C, NH, causal, p, seed);
+    b1->attention_backward_fused(g1, dout, o1, qkv, l1, len, B, T, C, NH, causal, p, seed);
+    const Backend *b3 = mha_cpu_backend(3);
+    b3->attention_forward_fused(o3, l3, qkv, len, B, T, C, NH, causal, p, seed);
+    b3->attention_backward_fused(g3, dout, o3, qkv, l3, len, B, T, C, NH, causal, p, seed);
+    int same = memcmp(o1, o3, no * sizeof(float)) == 0 && memcmp(l1, l3, nl * sizeof(float)) == 0 &&
+               memcmp(g1, g3, nq * sizeof(float)) == 0;
+    memset(g1, 0, nq * sizeof(float)), memset(g3, 0, nq * sizeof(float));
+    b1 = mha_cpu_backend(1);
+    b1->attention_forward_math(o1, att, qkv, len, B, T, C, NH, causal, p, seed);
+    b1->attention_backward_math(g1, datt, dout, qkv, att, len, B, T, C, NH, causal, p, seed);
+    b3 = mha_cpu_backend(3);
+    b3->attention_forward_math(o3, att, qkv, len, B, T, C, NH, causal, p, seed);
+    b3->attention_backward_math(g3, datt, dout, qkv, att, len, B, T, C, NH, causal, p, seed);
+    same &= memcmp(o1, o3, no * sizeof(float)) == 0 && memcmp(g1, g3, nq * sizeof(float)) == 0;
+    be = mha_cpu_backend(0);
+    snprintf(what, sizeof what, "%s bitwise equal, 1 vs 3 threads", tag);
+    expect(what, same);
+    be->free(o1), be->free(o3), be->free(l1), be->free(l3), be->free(g1), be->free(g3);
+
+    be->free(len), be->free(qkv), be->free(dout), be->free(att), be->free(datt);
+    be->free(out_m), be->free(out_f), be->free(lse), be->free(dq_m), be->free(dq_f), be->free(dq0);
+    free(qkv_d), free(dout_d), free(att_d), free(datt_d), free(out_d), free(dq_d);
+}
+
+/* --------------------------------- pooling --------------------------------- */
+static void test_pool(int mode, const char *name) {
+    const int B = 5, T = 33, C = 40;
+    static const int32_t lens[5] = {33, 1, 17, 0, 32};
+    size_t ni = (size_t)B * T * C, no = (size_t)B * C;
+    int32_t *len = be->alloc(sizeof lens), *am = be->alloc(no * sizeof(int32_t));
+    int32_t *am_d = malloc(no * sizeof(int32_t));
+    memcpy(len, lens, sizeof lens);
+    float *inp = falloc(ni), *out = falloc(no), *dout = falloc(no), *dinp = falloc(ni), *d0 = falloc(ni);
+    double *inp_d = dalloc(ni), *out_d = dalloc(no), *dout_d = dalloc(no), *dinp_d = dalloc(ni);
+    fill2(inp, inp_d, ni, -1, 1), fill2(dout, dout_d, no, -1, 1), fill2(dinp, dinp_d, ni, -1, 1);
+    memcpy(d0, dinp, ni * sizeof(float));
+    be->pool_forward(out, am, inp, len, B, T, C, mode);
+    mha_pool_forward_f64(out_d, am_d, inp_d, len, B, T, C, mode);
+    be->pool_backward(dinp, dout, am, len, B, T, C, mode);
+    mha_pool_backward_f64(dinp_d, dout_d, am_d, len, B, T, C, mode);
+    char what[64];
+    snprintf(what, sizeof what, "%s forward", name);
+    result(what, nerr(out, out_d, no), TOL);
+    snprintf(what, sizeof what, "%s backward", name);
+    result(what, nerr(dinp, dinp_d, ni), TOL);
+    int untouched = 1;
+    for (int b = 0; b < B; b++)
+        for (size_t i = ((size_t)b * T + lens[b]) * C; i < (size_t)(b + 1) * T * C; i++)
+            untouched &= dinp[i] == d0[i];
+    snprintf(what, sizeof what, "%s padded rows untouched", name);
+    expect(what, untouched);
+    be->free(len), be->free(am), be->free(inp), be->free(out), be->free(dout), be->free(dinp);
+    be->free(d0);
+    free(am_d), free(inp_d), free(out_d), free(dout_d), free(dinp_d);
+}
+
+/* ------------------------------ cross-entropy ------------------------------ */
+static void test_crossentropy(float eps) {
+    const int B = 37, K = 11;
+    size_t n = (size_t)B * K;
+    int32_t *labels = be->alloc(B * sizeof(int32_t));
+    for (int b = 0; b < B; b++) labels[b] = (int32_t)(mha_rng_u64(9, (uint64_t)b) % K);
+    float *logits = falloc(n), *probs = falloc(n), *dl = falloc(n), *losses = falloc(B);
+    double *logits_d = dalloc(n), *probs_d = dalloc(n), *dl_d = dalloc(n), *losses_d = dalloc(B);
+    fill2(logits, logits_d, n, -8, 8), fill2(dl, dl_d, n, -1, 1);
+    be->crossentropy(losses, probs, dl, logits, labels, B, K, eps, 1.0f / B);
+    mha_crossentropy_f64(losses_d, probs_d, dl_d, logits_d, labels, B, K, eps, 1.0 / B);
+    char what[64];
+    snprintf(what, sizeof what, "crossentropy eps=%.1f losses", (double)eps);
+    result(what, nerr(losses, losses_d, B), TOL);
+    snprintf(what, sizeof what, "crossentropy eps=%.1f probs", (double)eps);
+    result(what, nerr(probs, probs_d, n), TOL);
+    snprintf(what, sizeof what, "crossentropy eps=%.1f dlogits", (double)eps);
+    result(what, nerr(dl, dl_d, n), TOL);
+    /* the loss by its definition, independently of the kernel */
+    double maxerr = 0;
+    for (int b = 0; b < B; b++) {
+        const double *l = logits_d + (size_t)b * K;
+        double mx = l[0], s = 0, mean_nll = 0;
+        for (int k = 1; k < K; k++) mx = l[k] > mx ? l[k] : mx;
+        for (int k = 0; k < K; k++) s += exp(l[k] - mx);
+        for (int k = 0; k < K; k++) mean_nll += -(l[k] - mx - log(s)) / K;
+        double ref = (1 - (double)eps) * -(l[labels[b]] - mx - log(s)) + (double)eps * mean_nll;
+        double e = fabs(losses_d[b] - ref) / fabs(ref);
+        if (e > maxerr) maxerr = e;
+    }
+    snprintf(what, sizeof what, "crossentropy eps=%.1f loss definition", (double)eps);
+    result(what, maxerr, 1e-12);
+    be->free(labels), be->free(logits), be->free(probs), be->free(dl), be->free(losses);
+    free(logits_d), free(probs_d), free(dl_d), free(losses_d);
+}
+
+/* --------------------------------- AdamW --------------------------------- */
+static void test_adamw(void) {
+    /* hand-computed: p=1, g=0.5, lr=0.1, wd=0.01, t=1: decay -> 0.999; m=0.05, v=2.5e-4;
+     * m/(1-0.9)=0.5, sqrt(v/(1-0.999))=0.5; p = 0.999 - 0.1 * 0.5/(0.5+1e-8) = 0.899 */
+    float *p = falloc(4), *g = falloc(4), *m = falloc(4), *v = falloc(4);
+    p[0] = 1.0f, g[0] = 0.5f;
+    p[1] = -2.0f, g[1] = -0.25f;
+    p[2] = 0.5f, g[2] = 0.0f;
+    p[3] = 3.0f, g[3] = 4.0f;
+    double pd[4], md[4] = {0}, vd[4] = {0};
+    for (int i = 0; i < 4; i++) pd[i] = p[i];
+    const double lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+    double maxerr = 0;
+    for (int t = 1; t <= 3; t++) {
+        be->adamw(p, g, m, v, 4, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+        for (int i = 0; i < 4; i++) {   /* torch.optim.AdamW, in double */
+            double gi = g[i];
+            pd[i] -= lr * wd * pd[i];
+            md[i] = b1 * md[i] + (1 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+            double step = lr / (1 - pow(b1, t));
+            double denom = sqrt(vd[i]) / sqrt(1 - pow(b2, t)) + eps;
+            pd[i] -= step * md[i] / denom;
+            double e = fabs(p[i] - pd[i]) / fmax(fabs(pd[i]), 1e-3);
+            if (e > maxerr) maxerr = e;
+        }
+        if (t == 1) {
+            char what[64];
+            snprintf(what, sizeof what, "adamw step 1 hand value 0.899 (got %.7f)", (double)p[0]);
+            result(what, fabs(p[0] - 0.899) / 0.899, 1e-6);
+        }
+    }
+    result("adamw 3 steps vs double formula", maxerr, 1e-6);
+    be->free(p), be->free(g), be->free(m), be->free(v);
+}
+
+/* ----------------------------- memory, expf ----------------------------- */
+static void test_memory_and_expf(void) {
+    char *a = be->alloc(1000), *b = be->alloc(1000);
+    expect("alloc 64-byte aligned", ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
+    for (int i = 0; i < 1000; i++) a[i] = (char)i;
+    be->copy(b, a, 1000);
+    int ok = memcmp(a, b, 1000) == 0;
+    be->zero(b, 1000);
+    for (int i = 0; i < 1000; i++) ok &= b[i] == 0;
+    be->to_host(b, a, 1000);
+    ok &= memcmp(a, b, 1000) == 0;
+    be->sync();
+    expect("copy, zero, to_host", ok);
+    be->free(a), be->free(b);
+
+    double maxrel = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 2000000.0f;
+        double r = exp((double)x), e = fabs((double)mha_expf(x) - r) / r;
+        if (e > maxrel) maxrel = e;
+    }
+    result("mha_expf vs exp on [-87, 88] (relative)", maxrel, 4e-7);
+    double maxabs = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -12.0f + 24.0f * (float)i / 2000000.0f;
+        double e = fabs((double)mha_erff(x) - erf((double)x));
+        if (e > maxabs) maxabs = e;
+    }
+    result("mha_erff vs erf on [-12, 12] (absolute)", maxabs, 2.5e-7);
+    /* integer dropout threshold == float comparison of rng.h, around the threshold */
+    static const float ps[] = {1e-7f, 0.1f, 0.2f, 0.25f, 1.0f / 3.0f, 0.5f, 0.9f, 0.999999f};
+    int thr_ok = mha_drop_threshold(0.0) == 0 && mha_drop_threshold(1.0) == (1u << 24);
+    for (size_t a = 0; a < sizeof ps / sizeof ps[0]; a++) {
+        uint64_t thr = mha_drop_threshold((double)ps[a]);
+        for (int64_t k = (int64_t)thr - 3; k <= (int64_t)thr + 3; k++) {
+            if (k < 0 || k >= (1 << 24)) continue;
+            float u = (float)k * (1.0f / 16777216.0f);   /* as mha_rng_uniform builds it */
+            thr_ok &= ((uint64_t)k >= thr) == (u >= ps[a]);
+        }
+    }
+    expect("dropout threshold matches rng.h comparison", thr_ok);
+    expect("mha_expf(-100) == 0, mha_expf(0) == 1", mha_expf(-100.0f) == 0.0f && mha_expf(0.0f) == 1.0f);
+}
+
+int main(void) {
+    be = mha_cpu_backend(0);
+    test_memory_and_expf();
+    test_linear(1);
+    test_linear(0);
+    test_embedding();
+    be = mha_cpu_backend(0);
+    test_layernorm();
+    test_elementwise();
+    for (int causal = 0; causal < 2; causal++) {
+        test_attention(causal, 0.0f);
+        test_attention(causal, 0.1f);
+    }
+    test_pool(MHA_POOL_MEAN, "pool mean");
+    test_pool(MHA_POOL_CLS, "pool cls");
+    test_pool(MHA_POOL_MAX, "pool max");
+    test_crossentropy(0.0f);
+    test_crossentropy(0.1f);
+    test_adamw();
+    if (failures) {
+        printf("%d checks FAILED\n", failures);
+        return 1;
+    }
+    printf("all checks passed\n");
+    return 0;
+}

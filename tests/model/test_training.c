@@ -1,0 +1,237 @@
+/* tests/model/test_training.c: training mechanics on the CPU backend.
+ *  - gradient accumulation: 4 micro-batches of 8 give the gradients of one batch of 32,
+ *    and 2 x 4 match PyTorch's gradients of the batch of 8 (tests/fixtures/ref_grad_accum.json);
+ *  - the fused and materialising attention paths train identically, dropout included;
+ *  - single-batch overfit: 32 examples reach loss < 0.01 within 300 updates;
+ *  - the learning-rate schedule's warmup and decay values. */
+#include "kernels/backend.h"
+#include "kernels/rng.h"
+#include "model/classifier.h"
+#include "model/config.h"
+#include "model/optimizer.h"
+#include "tests/test_util.h"
+#include <cjson/cJSON.h>
+#include <string.h>
+
+static void small_config(Config *c, const char *attention) {
+    config_defaults(c);
+    c->d_model = 32; c->n_heads = 4; c->d_ff = 64; c->n_layers = 2; c->max_len = 16;
+    c->dropout = 0.0f; c->attn_dropout = 0.0f;
+    snprintf(c->attention, sizeof c->attention, "%s", attention);
+}
+
+/* Random batch: B examples, lengths in [1, T], ids in [3, V), labels in [0, K). */
+static void random_batch(int B, int T, int V, int K, uint64_t seed, int32_t *ids, int32_t *len, int32_t *lab) {
+    for (int b = 0; b < B; b++) {
+        len[b] = 1 + (int)(mha_rng_u64(seed, 1000 + b) % (uint64_t)T);
+        lab[b] = (int)(mha_rng_u64(seed, 2000 + b) % (uint64_t)K);
+        for (int t = 0; t < T; t++)
+            ids[b * T + t] = t < len[b] ? 3 + (int)(mha_rng_u64(seed, (uint64_t)(b * T + t)) % (uint64_t)(V - 3)) : 0;
+    }
+}
+
+static float *host_grads(Model *m) {
+    float *g = malloc(m->lay.total * sizeof *g);
+    m->be->to_host(g, m->grads, m->lay.total * sizeof(float));
+    return g;
+}
+
+static void test_grad_accum(void) {
+    Config c;
+    small_config(&c, "fused");
+    ModelDims d;
+    model_dims_from_config(&d, &c, 60, 3);
+    const int B = 32, T = 12;
+    int32_t ids[32 * 12], len[32], lab[32];
+    random_batch(B, T, 60, 3, 5, ids, len, lab);
+    Model m;
+    MhaError err;
+    CHECK(model_create(&m, &d, mha_cpu_backend(2), B, T, 0, 0, &err) == 0, "%s", err.msg);
+    model_init_params(&m, 11);
+    model_zero_grads(&m);
+    model_forward(&m, ids, len, lab, B, T, 1, 0);
+    model_backward(&m, 1.0f / B, 0);
+    float *big = host_grads(&m);
+    /* 4 micro-batches of 8, losses summed then scaled by 1/32 as the trainer does */
+    model_zero_grads(&m);
+    int32_t sub_ids[8 * 12];
+    for (int k = 0; k < 4; k++) {
+        int Tk = 0;
+        for (int b = 0; b < 8; b++) if (len[8 * k + b] > Tk) Tk = len[8 * k + b];
+        for (int b = 0; b < 8; b++) memcpy(sub_ids + b * Tk, ids + (8 * k + b) * T, (size_t)Tk * sizeof(int32_t));
+        model_forward(&m, sub_ids, len + 8 * k, lab + 8 * k, 8, Tk, 1, 0);
+        model_backward(&m, 1.0f, 0);
+    }
+    m.be->scale(m.grads, m.lay.total, 1.0f / B);
+    float *acc = host_grads(&m);
+    double e = rel_err_f_f(acc, big, m.lay.total);
+    CHECK(e < 1e-5, "accumulated gradients differ from the big batch: rel err %.3g", e);
+    printf("grad accumulation 4x8 vs 32: rel err %.2e\n", e);
+    free(big);
+    free(acc);
+    model_destroy(&m);
+}
+
+static double *json_doubles(const cJSON *arr, size_t *n) {
+    *n = (size_t)cJSON_GetArraySize(arr);
+    double *d = malloc(*n * sizeof *d);
+    size_t i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) d[i++] = x->valuedouble;
+    return d;
+}
+
+static void test_grad_accum_vs_torch(void) {
+    char *text = test_read_file("tests/fixtures/ref_grad_accum.json", NULL);
+    CHECK(text != NULL, "tests/fixtures/ref_grad_accum.json missing");
+    if (!text) return;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *cfg = cJSON_GetObjectItem(root, "config"), *in = cJSON_GetObjectItem(root, "inputs");
+    Config c;
+    config_defaults(&c);
+    c.d_model = cJSON_GetObjectItem(cfg, "C")->valueint;
+    c.n_heads = cJSON_GetObjectItem(cfg, "NH")->valueint;
+    c.d_ff = cJSON_GetObjectItem(cfg, "F")->valueint;
+    c.n_layers = cJSON_GetObjectItem(cfg, "L")->valueint;
+    c.max_len = cJSON_GetObjectItem(cfg, "P")->valueint;
+    c.dropout = 0;
+    ModelDims d;
+    model_dims_from_config(&d, &c, cJSON_GetObjectItem(cfg, "V")->valueint, cJSON_GetObjectItem(cfg, "K")->valueint);
+    int B = cJSON_GetObjectItem(cfg, "B")->valueint, T = cJSON_GetObjectItem(cfg, "T")->valueint;
+    Model m;
+    MhaError err;
+    CHECK(model_create(&m, &d, mha_cpu_backend(2), B, T, 0, 0, &err) == 0, "%s", err.msg);
+    float *h = malloc(m.lay.total * sizeof *h);
+    int i = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "params")) {
+        size_t n;
+        double *v = json_doubles(cJSON_GetObjectItem(p, "data"), &n);
+        for (size_t k = 0; k < n; k++) h[m.lay.t[i].offset + k] = (float)v[k];
+        free(v);
+        i++;
+    }
+    m.be->to_device(m.params, h, m.lay.total * sizeof(float));
+    size_t n;
+    double *idsd = json_doubles(cJSON_GetObjectItem(in, "ids"), &n), *lend = json_doubles(cJSON_GetObjectItem(in, "lengths"), &n);
+    double *labd = json_doubles(cJSON_GetObjectItem(in, "labels"), &n);
+    int32_t ids[64 * 16], len[64], lab[64];
+    for (int k = 0; k < B * T; k++) ids[k] = (int32_t)idsd[k];
+    for (int k = 0; k < B; k++) { len[k] = (int32_t)lend[k]; lab[k] = (int32_t)labd[k]; }
+    model_zero_grads(&m);
+    int half = B / 2;
+    for (int k = 0; k < 2; k++) {
+        model_forward(&m, ids + k * half * T, len + k * half, lab + k * half, half, T, 1, 0);
+        model_backward(&m, 1.0f, 0);
+    }
+    m.be->scale(m.grads, m.lay.total, 1.0f / B);
+    float *g = host_grads(&m);
+    double worst = 0;
+    i = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "grads")) {
+        double *ref = json_doubles(cJSON_GetObjectItem(p, "data"), &n);
+        double e = rel_err_f_d(g + m.lay.t[i].offset, ref, n);
+        CHECK(e < 1e-5, "2x%d accumulated gradient of %s vs torch batch of %d: rel err %.3g", half, m.lay.t[i].name, B, e);
+        if (e > worst) worst = e;
+        free(ref);
+        i++;
+    }
+    printf("grad accumulation 2x%d vs torch batch of %d: worst rel err %.2e\n", half, B, worst);
+    free(g); free(h); free(idsd); free(lend); free(labd);
+    model_destroy(&m);
+    cJSON_Delete(root);
+}
+
+/* Fused and materialising attention with dropout on: same losses over 5 updates. */
+static void test_paths_agree_with_dropout(void) {
+    double losses[2][5];
+    for (int path = 0; path < 2; path++) {
+        Config c;
+        small_config(&c, path ? "fused" : "math");
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        ModelDims d;
+        model_dims_from_config(&d, &c, 60, 3);
+        const int B = 16, T = 12;
+        int32_t ids[16 * 12], len[16], lab[16];
+        random_batch(B, T, 60, 3, 9, ids, len, lab);
+        Model m;
+        AdamW opt;
+        MhaError err;
+        CHECK(model_create(&m, &d, mha_cpu_backend(2), B, T, 0, 0, &err) == 0, "%s", err.msg);
+        CHECK(adamw_create(&opt, &m, &err) == 0, "%s", err.msg);
+        model_init_params(&m, 3);
+        for (int s = 0; s < 5; s++) {
+            model_zero_grads(&m);
+            losses[path][s] = model_forward(&m, ids, len, lab, B, T, 1, 100 + s) / B;
+            model_backward(&m, 1.0f / B, 100 + s);
+            double nrm;
+            adamw_step(&opt, &m, &c, 1e-3f, &nrm);
+        }
+        adamw_destroy(&opt, &m);
+        model_destroy(&m);
+    }
+    for (int s = 0; s < 5; s++)
+        CHECK(fabs(losses[0][s] - losses[1][s]) < 1e-5 * fabs(losses[0][s]),
+              "step %d: math %.9g vs fused %.9g", s, losses[0][s], losses[1][s]);
+    printf("math vs fused attention with dropout: losses %.6f .. %.6f agree\n", losses[0][0], losses[0][4]);
+}
+
+static void test_overfit(void) {
+    Config c;
+    small_config(&c, "fused");
+    c.lr = 1e-3f;
+    c.dropout = 0.0f;
+    ModelDims d;
+    model_dims_from_config(&d, &c, 80, 4);
+    const int B = 32, T = 16;
+    int32_t ids[32 * 16], len[32], lab[32];
+    random_batch(B, T, 80, 4, 21, ids, len, lab);
+    Model m;
+    AdamW opt;
+    MhaError err;
+    CHECK(model_create(&m, &d, mha_cpu_backend(2), B, T, 0, 0, &err) == 0, "%s", err.msg);
+    CHECK(adamw_create(&opt, &m, &err) == 0, "%s", err.msg);
+    model_init_params(&m, 1);
+    double loss = 0, first = 0;
+    int step;
+    for (step = 0; step < 300; step++) {
+        model_zero_grads(&m);
+        loss = model_forward(&m, ids, len, lab, B, T, 1, 0) / B;
+        if (step == 0) first = loss;
+        if (loss < 0.01) break;
+        model_backward(&m, 1.0f / B, 0);
+        double nrm;
+        adamw_step(&opt, &m, &c, c.lr, &nrm);
+    }
+    CHECK(loss < 0.01, "single-batch overfit: loss %.4f after 300 updates (from %.4f)", loss, first);
+    printf("single-batch overfit: loss %.4f -> %.5f in %d updates\n", first, loss, step);
+    adamw_destroy(&opt, &m);
+    model_destroy(&m);
+}
+
+static void test_schedule(void) {
+    Config c;
+    config_defaults(&c);
+    c.lr = 1.0f;
+    c.warmup = 0.1f;
+    snprintf(c.decay, sizeof c.decay, "linear");
+    CHECK(schedule_warmup(0.1f, 100) == 10, "warmup fraction");
+    CHECK(schedule_warmup(7.0f, 100) == 7, "warmup count");
+    CHECK(fabsf(schedule_lr(&c, 0, 100) - 0.1f) < 1e-6f, "first warmup step %g", schedule_lr(&c, 0, 100));
+    CHECK(fabsf(schedule_lr(&c, 9, 100) - 1.0f) < 1e-6f, "end of warmup");
+    CHECK(fabsf(schedule_lr(&c, 55, 100) - 0.5f) < 1e-6f, "linear midpoint %g", schedule_lr(&c, 55, 100));
+    snprintf(c.decay, sizeof c.decay, "cosine");
+    CHECK(fabsf(schedule_lr(&c, 55, 100) - 0.5f) < 1e-6f, "cosine midpoint %g", schedule_lr(&c, 55, 100));
+    CHECK(schedule_lr(&c, 99, 100) < 0.01f, "cosine end %g", schedule_lr(&c, 99, 100));
+}
+
+int main(void) {
+    test_schedule();
+    test_grad_accum();
+    test_grad_accum_vs_torch();
+    test_paths_agree_with_dropout();
+    test_overfit();
+    return test_finish("training");
+}
