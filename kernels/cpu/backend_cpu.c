@@ -113,6 +113,7 @@ const Backend *mha_cpu_backend(int threads) {
     int n = threads > 0 ? threads : omp_get_num_procs();
     if (n < 1) n = 1;
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    /* All parallelism is OpenMP's: BLAS calls run on the calling thread (see linear_*). */
+    openblas_set_num_threads(1);
     return &cpu_backend;
 }

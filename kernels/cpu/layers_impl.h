@@ -69,32 +69,62 @@ static void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 
 /* ================================ linear ================================ */
 
+/* OpenBLAS runs single-threaded (mha_cpu_backend sets it); the linear layers split their
+ * products into row blocks, one per OpenMP thread, so one thread pool does all the work
+ * and BLAS and OpenMP never compete for the cores. Products below MHA_GEMM_PAR_MIN
+ * multiply-adds stay on one thread. */
+#define MHA_GEMM_PAR_MIN ((size_t)1 << 18)
+
+/* [lo, hi) of n items for thread t of nt, in multiples of `align` rows. */
+static inline void FN(split_rows)(int n, int t, int nt, int align, int *lo, int *hi) {
+    int blocks = (n + align - 1) / align;
+    int b0 = (int)((long)blocks * t / nt), b1 = (int)((long)blocks * (t + 1) / nt);
+    *lo = b0 * align < n ? b0 * align : n;
+    *hi = b1 * align < n ? b1 * align : n;
+}
+
 void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
                         int N, int IC, int OC) {
     /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
     if (N <= 0 || OC <= 0) return;
-    REAL beta = 0;
-    if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC >= MHA_OMP_MIN)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(REAL));
-        beta = 1;
-    }
     if (IC <= 0) {
-        if (!bias) memset(out, 0, (size_t)N * OC * sizeof(REAL));
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias ? bias[o] : 0;
         return;
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC);
+#pragma omp parallel if ((size_t)N * IC * OC >= MHA_GEMM_PAR_MIN)
+    {
+        int n0, n1;
+        FN(split_rows)(N, omp_get_thread_num(), omp_get_num_threads(), 8, &n0, &n1);
+        if (n1 > n0) {
+            REAL beta = 0;
+            if (bias) {
+                for (int n = n0; n < n1; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(REAL));
+                beta = 1;
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n1 - n0, OC, IC, 1, inp + (size_t)n0 * IC, IC,
+                 w, IC, beta, out + (size_t)n0 * OC, OC);
+        }
+    }
 }
 
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
                          const REAL *inp, const REAL *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0 || IC <= 0) return;
-    /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
-    if (dinp)
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dinp, IC);
-    /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
-    if (dw)
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, inp, IC, 1, dw, IC);
+#pragma omp parallel if ((size_t)N * IC * OC >= MHA_GEMM_PAR_MIN)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads(), lo, hi;
+        /* dinp (N, IC) += dout (N, OC) @ w (OC, IC), split over rows of dinp */
+        FN(split_rows)(N, t, nt, 8, &lo, &hi);
+        if (dinp && hi > lo)
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1, dout + (size_t)lo * OC, OC,
+                 w, IC, 1, dinp + (size_t)lo * IC, IC);
+        /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC), split over rows of dw (no reduction) */
+        FN(split_rows)(OC, t, nt, 4, &lo, &hi);
+        if (dw && hi > lo)
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1, dout + lo, OC, inp, IC, 1,
+                 dw + (size_t)lo * IC, IC);
+    }
     /* dbias (OC) += column sums of dout */
     if (dbias) FN(colsum_acc)(dbias, dout, N, OC);
 }

@@ -19,12 +19,12 @@ finish() {
   echo "all checks passed"
 }
 # A tiny, fast config over the sample data.
-tiny_config() {  # tiny_config OUT_JSON OUT_DIR [extra json for train]
+tiny_config() {  # tiny_config OUT_JSON OUT_DIR [EPOCHS]
   cat >"$1" <<JSON
 {"data": {"train": "$PWD/data/sample/train.tsv", "dev": "$PWD/data/sample/dev.tsv",
           "test": "$PWD/data/sample/test.tsv", "max_len": 32},
  "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "dropout": 0.1},
- "train": {"epochs": 3, "batch_size": 16, "lr": 2e-3, "threads": 2 ${3:-}},
+ "train": {"epochs": ${3:-3}, "batch_size": 16, "lr": 2e-3, "threads": 1},
  "output": {"dir": "$2"}}
 JSON
 }

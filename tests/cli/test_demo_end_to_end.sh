@@ -3,8 +3,8 @@
 # data/sample) end to end and asserts the dev and test accuracy stay above a floor; then
 # mha-predict --eval agrees with the trainer's own test report.
 source "$(dirname "$0")/lib.sh" "$@"
-FLOOR=0.75
-"$TRAIN" --config configs/demo.json --set output.dir="$TMP/demo" --quiet >"$TMP/train.out" 2>"$TMP/train.err" \
+FLOOR=0.80
+"$TRAIN" --config configs/demo.json --set output.dir="$TMP/demo" --set train.threads=1 --quiet >"$TMP/train.out" 2>"$TMP/train.err" \
   || { cat "$TMP/train.err"; fail "demo training failed"; finish; }
 [ -s "$TMP/demo/model.mha" ] || fail "no model.mha"
 [ -s "$TMP/demo/last.mha" ] || fail "no last.mha"

@@ -2,7 +2,7 @@
 # tests/cli/test_predict_io.sh: mha-predict output formats, order, stdin streaming,
 # training-format input (label ignored), empty lines, --eval --json keys.
 source "$(dirname "$0")/lib.sh" "$@"
-tiny_config "$TMP/c.json" "$TMP/m" ', "epochs": 1'
+tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
 M="$TMP/m/model.mha"
 cut -f2 data/sample/dev.tsv >"$TMP/plain.txt"

@@ -14,10 +14,12 @@ for stop in 17 41; do   # mid-epoch and after the first epoch (41 updates per ep
   a=$(grep '"type":"train"' "$TMP/full/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
   b=$(grep '"type":"train"' "$TMP/part$stop/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "losses after resuming at $stop differ from the uninterrupted run: $(diff <(echo "$a") <(echo "$b") | head -5)"
-  cmp -s "$TMP/full/model.mha" "$TMP/part$stop/model.mha" || fail "model.mha after resuming at $stop differs"
+  # the best models must be the same parameters: identical probabilities on dev
+  cmp -s <("$PREDICT" --model "$TMP/full/model.mha" data/sample/dev.tsv) <("$PREDICT" --model "$TMP/part$stop/model.mha" data/sample/dev.tsv) \
+    || fail "model.mha after resuming at $stop predicts differently from the uninterrupted run"
 done
 # SIGINT: saves last.mha, exits 130, and the run resumes.
-tiny_config "$TMP/ci.json" "$TMP/int" ', "epochs": 200'
+tiny_config "$TMP/ci.json" "$TMP/int" 200
 "$TRAIN" --config "$TMP/ci.json" --quiet >/dev/null 2>"$TMP/int.err" &
 pid=$!
 for _ in $(seq 100); do [ -s "$TMP/int/metrics.jsonl" ] && break; sleep 0.1; done
