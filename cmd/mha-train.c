@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "  --resume FILE      continue a run from its last.mha\n"
             "  --max-steps N      stop after N updates in total, saving last.mha\n"
             "  --quiet            no progress lines\n"
+            "  --profile          time every op family; print a table and GFLOP/s at the end\n"
             "  -h, --help         this text\n");
 }
 
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
         int has_value = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(sets); return 0; }
         else if (!strcmp(a, "--quiet")) opt.quiet = 1;
+        else if (!strcmp(a, "--profile")) opt.profile = 1;
         else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
             const char *v = argv[++i];

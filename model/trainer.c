@@ -3,6 +3,7 @@
 #include "data/batcher.h"
 #include "data/dataset.h"
 #include "kernels/backend.h"
+#include "kernels/profile.h"
 #include "kernels/rng.h"
 #include "model/checkpoint.h"
 #include "model/classifier.h"
@@ -257,6 +258,58 @@ static void free_run(Run *r, int own_vocab) {
     if (r->metrics_log) fclose(r->metrics_log);
 }
 
+
+static const Batch *next_batch(Batcher *bt, double *seconds) {
+    double t0 = now_s();
+    const Batch *b = batcher_next(bt);
+    *seconds += now_s() - t0;
+    return b;
+}
+
+/* sgemm GFLOP/s of the backend on the feed-forward shape at this batch size: the ceiling
+ * the whole step is compared with. */
+static double gemm_ceiling(const Backend *be, int N, int C, int F) {
+    size_t fl = sizeof(float);
+    float *a = be->alloc((size_t)N * C * fl), *w = be->alloc((size_t)F * C * fl), *o = be->alloc((size_t)N * F * fl);
+    if (!a || !w || !o) return 0;
+    be->zero(a, (size_t)N * C * fl);
+    be->zero(w, (size_t)F * C * fl);
+    int reps = 0;
+    double t0 = now_s(), t;
+    do {
+        be->linear_forward(o, a, w, NULL, N, C, F);
+        be->sync();
+        reps++;
+    } while ((t = now_s() - t0) < 0.3);
+    be->free(a);
+    be->free(w);
+    be->free(o);
+    return 2.0 * N * C * F * reps / t / 1e9;
+}
+
+static void print_profile(const Backend *be, const Config *c, double total, double data_seconds, long tokens) {
+    ProfileCounters *pc = profile_counters();
+    double op_total = 0, flops = pc->flops[PROF_GEMM] + pc->flops[PROF_ATTENTION];
+    for (int f = 0; f < PROF_FAMILIES; f++) op_total += pc->seconds[f];
+    fprintf(stderr, "\nprofile: %.2f s of training, %ld real tokens (%.0f tokens/s)\n", total, tokens, tokens / total);
+    fprintf(stderr, "| op family | seconds | share | calls | GFLOP/s |\n|---|---:|---:|---:|---:|\n");
+    for (int f = 0; f < PROF_FAMILIES; f++) {
+        fprintf(stderr, "| %s | %.3f | %.1f%% | %ld |", profile_family_name(f), pc->seconds[f],
+                100.0 * pc->seconds[f] / total, pc->calls[f]);
+        if (pc->flops[f] > 0) fprintf(stderr, " %.1f |\n", pc->flops[f] / pc->seconds[f] / 1e9);
+        else fprintf(stderr, " |\n");
+    }
+    fprintf(stderr, "| data (batching) | %.3f | %.1f%% | | |\n", data_seconds, 100.0 * data_seconds / total);
+    fprintf(stderr, "| other (host side) | %.3f | %.1f%% | | |\n", total - op_total - data_seconds,
+            100.0 * (total - op_total - data_seconds) / total);
+    int N = c->batch_size * (c->max_len < 64 ? c->max_len : 64);
+    double ceiling = gemm_ceiling(be, N, c->d_model, c->d_ff);
+    double achieved = flops / total / 1e9;
+    fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the sgemm "
+            "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, ceiling,
+            N, c->d_model, c->d_ff, be->name);
+}
+
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     Run r;
     memset(&r, 0, sizeof r);
@@ -278,6 +331,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         if ((rc = config_from_json(cfg, resume.config_json, "", err))) { checkpoint_free(&resume); return rc; }
     }
     if ((rc = select_backend(cfg, &r.be, err))) goto out;
+    const Backend *unprofiled = r.be;
+    if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = lock_output_dir(cfg->out_dir, err))) goto out;
     char *cj = config_to_json(cfg);
     fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
@@ -355,7 +410,9 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     int tty = isatty(fileno(stderr)) && !opt->quiet;
-    double t_start = now_s(), t_last_print = 0;
+    double t_start = now_s(), t_last_print = 0, data_seconds = 0, loop_start = now_s();
+    long profiled_tokens = 0;
+    memset(profile_counters(), 0, sizeof(ProfileCounters));  /* count the training loop only */
     long tokens_window = 0;
     double t_window = t_start;
     long start_update = r.update;
@@ -369,12 +426,13 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             double loss_sum = 0;
             long examples = 0;
             const Batch *b;
-            for (int k = 0; k < cfg->grad_accum && (b = batcher_next(&bt)) != NULL; k++) {
+            for (int k = 0; k < cfg->grad_accum && (b = next_batch(&bt, &data_seconds)) != NULL; k++) {
                 uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
                 loss_sum += model_forward(&r.model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
                 model_backward(&r.model, 1.0f, seed);
                 examples += b->B;
                 tokens_window += b->real_tokens;
+                profiled_tokens += b->real_tokens;
             }
             r.be->scale(r.model.grads, r.model.lay.total, 1.0f / (float)examples);
             float lr = schedule_lr(cfg, r.update, r.total_updates);
@@ -388,10 +446,13 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                 fprintf(stderr, "%swarning: update %ld: non-finite loss or gradients (loss %g, grad norm %g); "
                         "update skipped (%d in a row)\n", tty ? "\r\033[K" : "", r.update, loss, gnorm, r.bad_steps);
                 if (r.bad_steps >= cfg->max_bad_steps) {
+                    char last[4300];
+                    snprintf(last, sizeof last, "%s/last.mha", cfg->out_dir);
                     rc = mha_fail(err, MHA_EXIT_DATA,
                                   "training diverged: %d non-finite updates in a row at update %ld "
-                                  "(lower train.lr or raise train.warmup; the last good checkpoints in %s are kept)",
-                                  r.bad_steps, r.update, cfg->out_dir);
+                                  "(lower train.lr or raise train.warmup)%s%s",
+                                  r.bad_steps, r.update, access(last, F_OK) == 0 ? "; last good checkpoint kept: " : "",
+                                  access(last, F_OK) == 0 ? last : "");
                     goto out;
                 }
             } else {
@@ -448,6 +509,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         start_update = r.update;
         if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
     }
+    if (opt->profile) print_profile(unprofiled, cfg, now_s() - loop_start, data_seconds, profiled_tokens);
     if (stop == 2) {
         if (tty) fputc('\n', stderr);
         r.elapsed_before += now_s() - t_start;

@@ -11,6 +11,7 @@ typedef struct {
     const char *resume_path;   /* last.mha to continue from, or NULL */
     long max_steps;            /* stop (saving last.mha) after this many updates in total; 0 = no limit */
     int quiet;                 /* no progress lines */
+    int profile;               /* time every op family and print a table at the end */
 } TrainOptions;
 
 /* Runs training. Returns 0, MHA_EXIT_DATA (runtime/data error) or MHA_EXIT_USAGE with err

@@ -20,4 +20,13 @@ printf 'not a checkpoint at all, just text\n' >"$TMP/fake.mha"
 expect_exit 1 "not an mha checkpoint" "$PREDICT" --model "$TMP/fake.mha"
 : >"$TMP/empty.mha"
 expect_exit 1 "too short" "$PREDICT" --model "$TMP/empty.mha"
+# Non-finite training: updates are skipped with a warning, then the run stops (exit 1)
+# and a checkpoint written before stays byte for byte intact.
+"$TRAIN" --config "$TMP/c.json" --max-steps 5 --quiet >/dev/null 2>&1 || fail "short run failed"
+cp "$TMP/out/last.mha" "$TMP/last.before"
+out=$("$TRAIN" --config "$TMP/c.json" --set train.lr=1e6 --set train.clip_norm=0 2>&1 >/dev/null); rc=$?
+[ "$rc" = 1 ] || fail "diverging run exited $rc, expected 1"
+grep -q "update skipped" <<<"$out" || fail "no skipped-update warning: $out"
+grep -q "training diverged" <<<"$out" || fail "no divergence error: $out"
+cmp -s "$TMP/out/last.mha" "$TMP/last.before" || fail "the earlier last.mha was changed by the diverged run"
 finish

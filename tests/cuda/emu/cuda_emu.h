@@ -230,11 +230,14 @@ inline void set_thread(int t) {
 
 inline void run_block(int nthreads, std::function<void()> &fn) {
     body = &fn;
-    if (fibers.size() < (size_t)nthreads) fibers.resize(nthreads);
+    if (fibers.size() < (size_t)nthreads) {
+        size_t old = fibers.size();
+        fibers.resize(nthreads);
+        for (size_t t = old; t < (size_t)nthreads; t++) getcontext(&fibers[t].ctx);   /* once */
+    }
     if (stacks.size() < (size_t)nthreads * kStack) stacks.resize((size_t)nthreads * kStack);
     for (int t = 0; t < nthreads; t++) {
         Fiber &f = fibers[t];
-        getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = stacks.data() + (size_t)t * kStack;
         f.ctx.uc_stack.ss_size = kStack;
         f.ctx.uc_link = &sched_ctx;

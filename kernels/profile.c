@@ -1,0 +1,131 @@
+/* kernels/profile.c: the timing wrapper backend (see profile.h). Each wrapped op syncs
+ * the inner backend before and after, so device ops are timed too. */
+#include "kernels/profile.h"
+#include <time.h>
+
+static const Backend *inner;
+static ProfileCounters counters;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define TIMED(family, work, call)               \
+    do {                                        \
+        inner->sync();                          \
+        double t0_ = now();                     \
+        call;                                   \
+        inner->sync();                          \
+        counters.seconds[family] += now() - t0_; \
+        counters.flops[family] += (work);       \
+        counters.calls[family]++;               \
+    } while (0)
+
+/* Attention work on the padded shape: QK^T and PV forward, four products backward. */
+static double att_flops(int B, int T, int C, double products) { return products * 2.0 * B * (double)T * T * C; }
+
+static void *p_alloc(size_t n) { return inner->alloc(n); }
+static void p_free(void *p) { inner->free(p); }
+static void p_to_device(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, inner->to_device(d, s, n)); }
+static void p_to_host(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, inner->to_host(d, s, n)); }
+static void p_copy(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, inner->copy(d, s, n)); }
+static void p_zero(void *p, size_t n) { TIMED(PROF_MEMORY, 0, inner->zero(p, n)); }
+static void p_sync(void) { inner->sync(); }
+static void p_linear_forward(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
+    TIMED(PROF_GEMM, 2.0 * N * IC * OC, inner->linear_forward(o, i, w, b, N, IC, OC));
+}
+static void p_linear_backward(float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+                              int N, int IC, int OC) {
+    TIMED(PROF_GEMM, (di ? 4.0 : 2.0) * N * IC * OC, inner->linear_backward(di, dw, db, d, i, w, N, IC, OC));
+}
+static void p_embed_forward(float *o, const int32_t *ids, const float *t, const float *p, int B, int T, int C) {
+    TIMED(PROF_EMBED_POOL_LOSS, 0, inner->embed_forward(o, ids, t, p, B, T, C));
+}
+static void p_embed_backward(float *dt, float *dp, const float *d, const int32_t *ids, int B, int T, int C) {
+    TIMED(PROF_EMBED_POOL_LOSS, 0, inner->embed_backward(dt, dp, d, ids, B, T, C));
+}
+static void p_ln_forward(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+    TIMED(PROF_LAYERNORM, 0, inner->layernorm_forward(o, m, r, i, w, b, N, C));
+}
+static void p_ln_backward(float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+                          const float *m, const float *r, int N, int C) {
+    TIMED(PROF_LAYERNORM, 0, inner->layernorm_backward(di, dw, db, d, i, w, m, r, N, C));
+}
+static void p_act_forward(float *o, const float *i, size_t n, int a) { TIMED(PROF_ELEMENTWISE, 0, inner->act_forward(o, i, n, a)); }
+static void p_act_backward(float *di, const float *d, const float *i, size_t n, int a) {
+    TIMED(PROF_ELEMENTWISE, 0, inner->act_backward(di, d, i, n, a));
+}
+static void p_add(float *o, const float *a, const float *b, size_t n) { TIMED(PROF_ELEMENTWISE, 0, inner->add(o, a, b, n)); }
+static void p_accumulate(float *d, const float *s, size_t n) { TIMED(PROF_ELEMENTWISE, 0, inner->accumulate(d, s, n)); }
+static void p_dropout_forward(float *o, const float *i, size_t n, float p, uint64_t s, uint64_t off) {
+    TIMED(PROF_ELEMENTWISE, 0, inner->dropout_forward(o, i, n, p, s, off));
+}
+static void p_dropout_backward(float *di, const float *d, size_t n, float p, uint64_t s, uint64_t off) {
+    TIMED(PROF_ELEMENTWISE, 0, inner->dropout_backward(di, d, n, p, s, off));
+}
+static void p_att_fwd_math(float *o, float *att, const float *qkv, const int32_t *len, int B, int T, int C, int NH,
+                           int causal, float p, uint64_t s) {
+    TIMED(PROF_ATTENTION, att_flops(B, T, C, 2), inner->attention_forward_math(o, att, qkv, len, B, T, C, NH, causal, p, s));
+}
+static void p_att_bwd_math(float *dqkv, float *datt, const float *d, const float *qkv, const float *att,
+                           const int32_t *len, int B, int T, int C, int NH, int causal, float p, uint64_t s) {
+    TIMED(PROF_ATTENTION, att_flops(B, T, C, 4),
+          inner->attention_backward_math(dqkv, datt, d, qkv, att, len, B, T, C, NH, causal, p, s));
+}
+static void p_att_fwd_fused(float *o, float *lse, const float *qkv, const int32_t *len, int B, int T, int C, int NH,
+                            int causal, float p, uint64_t s) {
+    TIMED(PROF_ATTENTION, att_flops(B, T, C, 2), inner->attention_forward_fused(o, lse, qkv, len, B, T, C, NH, causal, p, s));
+}
+static void p_att_bwd_fused(float *dqkv, const float *d, const float *o, const float *qkv, const float *lse,
+                            const int32_t *len, int B, int T, int C, int NH, int causal, float p, uint64_t s) {
+    TIMED(PROF_ATTENTION, att_flops(B, T, C, 5),
+          inner->attention_backward_fused(dqkv, d, o, qkv, lse, len, B, T, C, NH, causal, p, s));
+}
+static void p_pool_forward(float *o, int32_t *am, const float *i, const int32_t *len, int B, int T, int C, int mode) {
+    TIMED(PROF_EMBED_POOL_LOSS, 0, inner->pool_forward(o, am, i, len, B, T, C, mode));
+}
+static void p_pool_backward(float *di, const float *d, const int32_t *am, const int32_t *len, int B, int T, int C, int mode) {
+    TIMED(PROF_EMBED_POOL_LOSS, 0, inner->pool_backward(di, d, am, len, B, T, C, mode));
+}
+static void p_ce(float *l, float *pr, float *dl, const float *lg, const int32_t *lab, int B, int K, float sm, float ds) {
+    TIMED(PROF_EMBED_POOL_LOSS, 0, inner->crossentropy(l, pr, dl, lg, lab, B, K, sm, ds));
+}
+static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                    float wd, int t) {
+    TIMED(PROF_OPTIMIZER, 0, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t));
+}
+static double p_sum_squares(const float *x, size_t n) {
+    double r = 0;
+    TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
+    return r;
+}
+static void p_scale(float *x, size_t n, float s) { TIMED(PROF_OPTIMIZER, 0, inner->scale(x, n, s)); }
+
+static Backend wrapped;
+
+const Backend *profile_backend(const Backend *b) {
+    inner = b;
+    wrapped = (Backend){
+        .name = b->name, .alloc = p_alloc, .free = p_free, .to_device = p_to_device, .to_host = p_to_host,
+        .copy = p_copy, .zero = p_zero, .sync = p_sync, .linear_forward = p_linear_forward,
+        .linear_backward = p_linear_backward, .embed_forward = p_embed_forward, .embed_backward = p_embed_backward,
+        .layernorm_forward = p_ln_forward, .layernorm_backward = p_ln_backward, .act_forward = p_act_forward,
+        .act_backward = p_act_backward, .add = p_add, .accumulate = p_accumulate,
+        .dropout_forward = p_dropout_forward, .dropout_backward = p_dropout_backward,
+        .attention_forward_math = p_att_fwd_math, .attention_backward_math = p_att_bwd_math,
+        .attention_forward_fused = p_att_fwd_fused, .attention_backward_fused = p_att_bwd_fused,
+        .pool_forward = p_pool_forward, .pool_backward = p_pool_backward, .crossentropy = p_ce,
+        .adamw = p_adamw, .sum_squares = p_sum_squares, .scale = p_scale,
+    };
+    return &wrapped;
+}
+
+ProfileCounters *profile_counters(void) { return &counters; }
+
+const char *profile_family_name(int f) {
+    static const char *names[PROF_FAMILIES] = {"GEMM (linear layers)", "attention", "LayerNorm", "elementwise (act, dropout, add)",
+                                               "embedding, pooling, loss", "optimizer (AdamW, norm, clip)", "zero / copies"};
+    return f >= 0 && f < PROF_FAMILIES ? names[f] : "?";
+}
