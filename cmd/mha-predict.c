@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,8 @@ static void usage(FILE *f) {
             "  --model M          checkpoint written by mha-train (model.mha or last.mha)\n"
             "  --top-k K          K label/probability pairs per line (default 1)\n"
             "  --format F         output format: tsv (label<TAB>prob..., default) or jsonl\n"
+            "  --attention        jsonl with each line's tokens and attention weights\n"
+            "                     (attention[layer][head][query][key], materialising path)\n"
             "  --eval FILE        evaluate a labelled file: accuracy, macro-F1, per-class, confusion\n"
             "  --json             with --eval: one JSON object instead of the text report\n"
             "  --batch-size N     examples per forward pass (default 64)\n"
@@ -119,12 +122,14 @@ typedef struct {
     Model model;
     ReadOptions ro;
     int add_cls, truncate, batch_size;
+    int attention;        /* dump attention weights (runs the materialising path) */
 } Predictor;
 
 static int load_predictor(Predictor *p, const char *path, int batch_size, int threads, const char *device,
-                          MhaError *err) {
+                          int attention, MhaError *err) {
     int rc;
     memset(p, 0, sizeof *p);
+    p->attention = attention;
     if ((rc = checkpoint_load(path, &p->ck, err))) return rc;
     config_defaults(&p->cfg);
     if ((rc = config_from_json(&p->cfg, p->ck.config_json, "", err))) {
@@ -139,6 +144,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     ModelDims d;
     model_dims_from_config(&d, &p->cfg, vocab_size(p->ck.vocab), p->ck.labels.n);
     d.dropout = d.attn_dropout = 0.0f;
+    if (attention) d.fused_attention = 0;  /* only the materialising path keeps the weights */
     p->batch_size = batch_size;
     if ((rc = model_create(&p->model, &d, be, batch_size, p->cfg.max_len, 0, 0, err))) return rc;
     if (p->ck.n_params != p->model.lay.total)
@@ -187,6 +193,41 @@ static void chunk_add(Chunk *c, const Vocab *v, const char *text, const Tokenize
     c->ds.n++;
 }
 
+/* Per chunk: the tokens and attention weights of each example as JSON, by index. */
+typedef struct { const Vocab *vocab; cJSON **items; float *buf; size_t buf_len; } AttentionDump;
+
+static void attention_sink(void *ctx, const Model *m, const Batch *b, int row, const float *probs, float loss) {
+    AttentionDump *a = ctx;
+    (void)probs;
+    (void)loss;
+    int len = b->lengths[row], L = m->d.L, NH = m->d.NH;
+    size_t need = (size_t)L * NH * len * len;
+    if (need > a->buf_len) { a->buf = realloc(a->buf, need * sizeof(float)); a->buf_len = need; }
+    model_attention_weights(m, row, len, a->buf);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    for (int t = 0; t < len; t++)
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(vocab_token(a->vocab, b->ids[(size_t)row * b->T + t])));
+    cJSON *att = cJSON_AddArrayToObject(o, "attention");
+    for (int l = 0; l < L; l++) {
+        cJSON *layer = cJSON_CreateArray();
+        for (int h = 0; h < NH; h++) {
+            cJSON *head = cJSON_CreateArray();
+            for (int i = 0; i < len; i++) {
+                cJSON *q = cJSON_CreateArray();
+                for (int j = 0; j < len; j++) {
+                    float w = a->buf[(((size_t)l * NH + h) * len + i) * len + j];
+                    cJSON_AddItemToArray(q, cJSON_CreateNumber(round(w * 1e4) / 1e4));
+                }
+                cJSON_AddItemToArray(head, q);
+            }
+            cJSON_AddItemToArray(layer, head);
+        }
+        cJSON_AddItemToArray(att, layer);
+    }
+    a->items[b->index[row]] = o;
+}
+
 typedef struct { int k; float p; } Ranked;
 static int by_prob_desc(const void *a, const void *b) {
     float x = ((const Ranked *)a)->p, y = ((const Ranked *)b)->p;
@@ -196,7 +237,10 @@ static int by_prob_desc(const void *a, const void *b) {
 static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, int jsonl) {
     int K = p->model.d.K;
     Ranked *r = malloc((size_t)K * sizeof *r);
-    predict_dataset(&p->model, &c->ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, probs);
+    AttentionDump dump = {p->ck.vocab, NULL, NULL, 0};
+    if (p->attention) dump.items = calloc((size_t)c->ds.n, sizeof *dump.items);
+    predict_dataset(&p->model, &c->ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, probs,
+                    p->attention ? attention_sink : NULL, &dump);
     for (int i = 0; i < c->ds.n; i++) {
         for (int k = 0; k < K; k++) r[k] = (Ranked){k, probs[(size_t)i * K + k]};
         qsort(r, (size_t)K, sizeof *r, by_prob_desc);
@@ -212,6 +256,11 @@ static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, i
                 cJSON_AddNumberToObject(t, "prob", r[j].p);
                 cJSON_AddItemToArray(top, t);
             }
+            if (dump.items && dump.items[i]) {
+                cJSON_AddItemToObject(o, "tokens", cJSON_DetachItemFromObject(dump.items[i], "tokens"));
+                cJSON_AddItemToObject(o, "attention", cJSON_DetachItemFromObject(dump.items[i], "attention"));
+                cJSON_Delete(dump.items[i]);
+            }
             char *s = cJSON_PrintUnformatted(o);
             fputs(s, stdout);
             fputc('\n', stdout);
@@ -225,6 +274,8 @@ static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, i
     }
     fflush(stdout);
     free(r);
+    free(dump.items);
+    free(dump.buf);
 }
 
 static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, MhaError *err) {
@@ -304,11 +355,12 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu";
-    int top_k = 1, json = 0, batch_size = 64, threads = 0;
+    int top_k = 1, json = 0, batch_size = 64, threads = 0, attention = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--attention")) { attention = 1; continue; }
         if (!strcmp(a, "-")) { input = a; continue; }
         if (a[0] == '-' && a[1] == '-') {
             const char *opts[] = {"--model", "--top-k", "--format", "--eval", "--batch-size", "--threads", "--device"};
@@ -333,11 +385,13 @@ int main(int argc, char **argv) {
     if (strcmp(format, "tsv") && strcmp(format, "jsonl")) return usage_error("--format '%s': expected tsv or jsonl", format);
     if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto")) return usage_error("--device '%s': expected cpu, cuda or auto", device);
     if (eval && input) return usage_error("--eval reads its own file; drop the extra input '%s'", input);
+    if (attention && eval) return usage_error("%s", "--attention goes with predictions, not --eval");
+    if (attention) format = "jsonl";
     if (json && !eval) return usage_error("%s", "--json goes with --eval (use --format jsonl for predictions)");
 
     Predictor p;
     MhaError err = {0};
-    int rc = load_predictor(&p, model, batch_size, threads, device, &err);
+    int rc = load_predictor(&p, model, batch_size, threads, device, attention, &err);
     if (rc == 0) rc = eval ? run_eval(&p, eval, json, &err) : run_predict(&p, input, top_k, !strcmp(format, "jsonl"), &err);
     free_predictor(&p);
     if (rc) fprintf(stderr, "mha-predict: error: %s\n", err.msg);

@@ -316,3 +316,18 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
     be->dropout_backward(dy, dcur, NC, p, site_seed(dropout_seed, -1, 0), 0);
     be->embed_backward(G + L->tok_emb, d->learned_pos ? G + L->pos_emb : NULL, dy, m->ids, B, T, C);
 }
+
+int model_attention_weights(const Model *m, int row, int len, float *out) {
+    const ModelDims *d = &m->d;
+    if (d->fused_attention) return -1;
+    int T = m->T;
+    for (int l = 0; l < d->L; l++)
+        for (int h = 0; h < d->NH; h++)
+            for (int i = 0; i < len; i++) {
+                /* att (B, NH, T, T): row i of head h of example `row` */
+                const float *src = m->acts[l].att + (((size_t)row * d->NH + h) * T + i) * T;
+                float *dst = out + (((size_t)l * d->NH + h) * len + i) * len;
+                m->be->to_host(dst, src, (size_t)len * sizeof(float));
+            }
+    return 0;
+}

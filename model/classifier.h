@@ -71,4 +71,9 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed);
 void model_zero_grads(Model *m);
 
+/* Attention probabilities of example `row` of the last forward pass, real length len:
+ * out (L, NH, len, len) on the host. Only the materialising path keeps them: returns -1
+ * when the model runs the fused path. */
+int model_attention_weights(const Model *m, int row, int len, float *out);
+
 #endif
