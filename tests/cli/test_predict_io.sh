@@ -26,7 +26,7 @@ printf '今天天气很好\n\n\n' | "$PREDICT" --model "$M" >"$TMP/p5"
 att=$(printf '好吃的火锅\n' | "$PREDICT" --model "$M" --attention)
 grep -q '"tokens":\["好","吃","的","火","锅"\],"attention":\[\[\[\[' <<<"$att" || fail "--attention lacks tokens/attention: ${att:0:200}"
 # each attention row (5 keys) sums to 1
-row=$(grep -o '"attention":\[\[\[\[[^]]*\]' <<<"$att" | grep -o '[0-9.e-]*,[0-9.e-]*,[0-9.e-]*,[0-9.e-]*,[0-9.e-]*$')
+row=$(grep -o '"attention":\[\[\[\[[^]]*' <<<"$att" | sed 's/.*\[//')
 awk -F, -v r="$row" 'BEGIN{split(r,a,","); s=0; for(i in a) s+=a[i]; exit !(s > 0.999 && s < 1.001)}' || fail "attention row '$row' does not sum to 1"
 cmp -s <(printf '好吃的火锅\n' | "$PREDICT" --model "$M" --format jsonl | cut -d'"' -f4) <(grep -o '"label":"[^"]*"' <<<"$att" | head -1 | cut -d'"' -f4) \
   || fail "--attention (math path) changes the prediction"
