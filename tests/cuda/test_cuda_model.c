@@ -1,0 +1,109 @@
+/* tests/cuda/test_cuda_model.c: the whole model on the CUDA backend against the CPU backend:
+ * forward (logits, loss) and every parameter gradient for both attention paths, post- and
+ * pre-LN, with padded batches; then 50 training updates (dropout on: the counter RNG gives
+ * both backends the same masks) whose losses must follow the CPU run.
+ * Skips (77) without a visible device. Built twice: against the real CUDA backend, and
+ * against the host emulation of the kernels (suite cuda-emu) so the logic is checked on
+ * machines without a GPU. */
+#include "kernels/backend.h"
+#include "kernels/rng.h"
+#include "model/classifier.h"
+#include "model/config.h"
+#include "model/optimizer.h"
+#include "tests/test_util.h"
+#include <string.h>
+
+static void random_batch(int B, int T, int V, int K, uint64_t seed, int32_t *ids, int32_t *len, int32_t *lab) {
+    for (int b = 0; b < B; b++) {
+        len[b] = b == 0 ? T : 1 + (int)(mha_rng_u64(seed, 1000 + b) % (uint64_t)T);
+        lab[b] = (int)(mha_rng_u64(seed, 2000 + b) % (uint64_t)K);
+        for (int t = 0; t < T; t++)
+            ids[b * T + t] = t < len[b] ? 3 + (int)(mha_rng_u64(seed, (uint64_t)(b * T + t)) % (uint64_t)(V - 3)) : 0;
+    }
+}
+
+static float *to_host(const Backend *be, const float *p, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    be->to_host(h, p, n * sizeof(float));
+    return h;
+}
+
+static void compare_model(const Backend *gpu, const Backend *cpu, const char *norm, const char *attention,
+                          int C, int NH, int F, int B, int T, int steps) {
+    Config c;
+    config_defaults(&c);
+    c.d_model = C; c.n_heads = NH; c.d_ff = F; c.n_layers = 2; c.max_len = T;
+    c.dropout = 0.1f; c.attn_dropout = 0.1f; c.lr = 1e-3f;
+    snprintf(c.norm, sizeof c.norm, "%s", norm);
+    snprintf(c.attention, sizeof c.attention, "%s", attention);
+    ModelDims d;
+    model_dims_from_config(&d, &c, 50, 3);
+    int32_t *ids = malloc((size_t)B * T * sizeof *ids), *len = malloc((size_t)B * sizeof *len);
+    int32_t *lab = malloc((size_t)B * sizeof *lab);
+    random_batch(B, T, 50, 3, 17, ids, len, lab);
+    Model mg, mc;
+    AdamW og, oc;
+    MhaError err;
+    char name[64];
+    snprintf(name, sizeof name, "%s-LN/%s", norm, attention);
+    CHECK(model_create(&mg, &d, gpu, B, T, 0, 0, &err) == 0, "%s", err.msg);
+    CHECK(model_create(&mc, &d, cpu, B, T, 0, 0, &err) == 0, "%s", err.msg);
+    CHECK(adamw_create(&og, &mg, &err) == 0, "%s", err.msg);
+    CHECK(adamw_create(&oc, &mc, &err) == 0, "%s", err.msg);
+    model_init_params(&mg, 5);
+    model_init_params(&mc, 5);
+    double worst_loss = 0;
+    for (int s = 0; s < steps; s++) {
+        model_zero_grads(&mg);
+        model_zero_grads(&mc);
+        double lg = model_forward(&mg, ids, len, lab, B, T, 1, 40 + s) / B;
+        double lc = model_forward(&mc, ids, len, lab, B, T, 1, 40 + s) / B;
+        model_backward(&mg, 1.0f / B, 40 + s);
+        model_backward(&mc, 1.0f / B, 40 + s);
+        double e = fabs(lg - lc) / fabs(lc);
+        if (e > worst_loss) worst_loss = e;
+        if (s == 0) {
+            CHECK(e < 1e-5, "%s: loss %.9g (cuda) vs %.9g (cpu)", name, lg, lc);
+            float *pg = to_host(gpu, mg.probs, (size_t)B * d.K), *pc = to_host(cpu, mc.probs, (size_t)B * d.K);
+            double pe = rel_err_f_f(pg, pc, (size_t)B * d.K);
+            CHECK(pe < 1e-5, "%s: probabilities rel err %.3g", name, pe);
+            float *gg = to_host(gpu, mg.grads, mg.lay.total), *gc = to_host(cpu, mc.grads, mc.lay.total);
+            double worst = 0;
+            for (int k = 0; k < mg.lay.n; k++) {
+                const ParamInfo *p = &mg.lay.t[k];
+                double ge = rel_err_f_f(gg + p->offset, gc + p->offset, p->numel);
+                CHECK(ge < 1e-5, "%s: gradient of %s rel err %.3g", name, p->name, ge);
+                if (ge > worst) worst = ge;
+            }
+            printf("%-16s forward err %.2e, probabilities %.2e, worst gradient %.2e\n", name, e, pe, worst);
+            free(pg); free(pc); free(gg); free(gc);
+        } else {
+            /* training is chaotic: losses must follow the CPU run closely, not bit for bit */
+            CHECK(e < 1e-3, "%s: update %d loss %.9g (cuda) vs %.9g (cpu)", name, s, lg, lc);
+        }
+        double ng, nc;
+        adamw_step(&og, &mg, &c, c.lr, &ng);
+        adamw_step(&oc, &mc, &c, c.lr, &nc);
+    }
+    printf("%-16s %d updates: worst loss rel diff %.2e\n", name, steps, worst_loss);
+    adamw_destroy(&og, &mg);
+    adamw_destroy(&oc, &mc);
+    model_destroy(&mg);
+    model_destroy(&mc);
+    free(ids); free(len); free(lab);
+}
+
+int main(void) {
+    char why[256] = "";
+    const Backend *gpu = mha_cuda_backend(0, why, sizeof why);
+    if (!gpu) return test_skip(why);
+    const Backend *cpu = mha_cpu_backend(2);
+    int emu = getenv("MHA_TEST_EMU") != NULL;  /* the host emulation is slow: smaller shapes */
+    const char *norms[] = {"post", "pre"}, *paths[] = {"math", "fused"};
+    for (int n = 0; n < 2; n++)
+        for (int a = 0; a < 2; a++) {
+            if (emu) compare_model(gpu, cpu, norms[n], paths[a], 16, 2, 32, 3, 9, 5);
+            else compare_model(gpu, cpu, norms[n], paths[a], 128, 4, 512, 16, 70, 50);
+        }
+    return test_finish("cuda_model");
+}
