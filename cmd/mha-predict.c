@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define CHUNK_LINES 2048
+#define CHUNK_TOKENS (1 << 20)
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -67,6 +68,7 @@ typedef struct {
     char buf[1 << 16];
     size_t pos, len;
     int eof;
+    int error;   /* errno of a failed read (then eof is set too) */
     char *line;  size_t cap;
 } LineReader;
 
@@ -74,6 +76,7 @@ static int reader_fill(LineReader *r) {
     if (r->eof) return 0;
     ssize_t n;
     do n = read(r->fd, r->buf, sizeof r->buf); while (n < 0 && errno == EINTR);
+    if (n < 0) r->error = errno;
     if (n <= 0) { r->eof = 1; return 0; }
     r->pos = 0;
     r->len = (size_t)n;
@@ -137,6 +140,8 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         snprintf(inner, sizeof inner, "%.1700s", err->msg);
         return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
     }
+    /* the parameter count must match before a model of the stored size is allocated */
+    if ((rc = checkpoint_check_layout(&p->ck, &p->cfg, path, err))) return rc;
     p->cfg.threads = threads;
     snprintf(p->cfg.device, sizeof p->cfg.device, "%s", device);
     const Backend *be;
@@ -295,33 +300,45 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     memset(&c, 0, sizeof c);
     float *probs = malloc((size_t)CHUNK_LINES * p->model.d.K * sizeof(float));
     int format = p->ro.format == FORMAT_AUTO ? -1 : p->ro.format;
-    long line_no = 0, truncated_lines = 0;
-    int truncated;
+    long line_no = 0, truncated_lines = 0, nul_lines = 0;
+    int truncated, write_failed = 0;
     long len;
     MhaError e;
     while ((len = reader_line(lr, (size_t)p->ro.max_line_bytes, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;
         truncated_lines += truncated;
+        if (memchr(line, 0, (size_t)len)) {   /* NUL bytes: read as spaces, counted */
+            for (long k = 0; k < len; k++) if (!line[k]) line[k] = ' ';
+            nul_lines++;
+        }
         if (line_no == 1 && (unsigned char)line[0] == 0xEF && (unsigned char)line[1] == 0xBB &&
             (unsigned char)line[2] == 0xBF)
             line += 3;
-        if (len > 0 && line[strlen(line) - 1] == '\r') line[strlen(line) - 1] = 0;
+        size_t ll = strlen(line);
+        if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
         if (format < 0 && line[0]) format = detect_format(line);
         char *label = NULL, *text = line;
         if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
             text = line;  /* not in the detected format: take the whole line as text */
         chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok);
-        if (c.ds.n == CHUNK_LINES || !reader_ready(lr)) {
+        /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
+        if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !reader_ready(lr)) {
             write_predictions(p, &c, probs, top_k, jsonl);
             c.ds.n = 0;
+            if (ferror(stdout)) { write_failed = errno ? errno : EIO; break; }
         }
     }
-    if (c.ds.n) write_predictions(p, &c, probs, top_k, jsonl);
+    errno = 0;
+    if (c.ds.n && !write_failed) write_predictions(p, &c, probs, top_k, jsonl);
+    if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
+    if (nul_lines)
+        fprintf(stderr, "mha-predict: %s: %ld lines held NUL bytes (read as spaces)\n", name, nul_lines);
     if (truncated_lines)
         fprintf(stderr, "mha-predict: %s: %ld lines longer than %d bytes were truncated\n", name,
                 truncated_lines, p->ro.max_line_bytes);
     if (lr->fd != STDIN_FILENO) close(lr->fd);
+    int read_error = lr->error;
     free(lr->line);
     free(lr);
     free(probs);
@@ -330,6 +347,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     free(c.ds.offsets);
     free(c.ds.line_no);
     free(c.ds.ids);
+    if (write_failed)
+        return mha_fail(err, MHA_EXIT_DATA, "cannot write predictions to standard output (%s)",
+                        strerror(write_failed));
+    if (read_error) return mha_fail(err, MHA_EXIT_DATA, "%s: read error (%s)", name, strerror(read_error));
     return 0;
 }
 
@@ -394,6 +415,9 @@ int main(int argc, char **argv) {
     int rc = load_predictor(&p, model, batch_size, threads, device, attention, &err);
     if (rc == 0) rc = eval ? run_eval(&p, eval, json, &err) : run_predict(&p, input, top_k, !strcmp(format, "jsonl"), &err);
     free_predictor(&p);
+    errno = 0;
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))   /* --eval report on a full disk */
+        rc = mha_fail(&err, MHA_EXIT_DATA, "cannot write to standard output (%s)", strerror(errno ? errno : EIO));
     if (rc) fprintf(stderr, "mha-predict: error: %s\n", err.msg);
     return rc;
 }

@@ -4,6 +4,7 @@
 #include "data/error.h"
 #include "model/config.h"
 #include "model/trainer.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,9 @@ int main(int argc, char **argv) {
     if (config_path) rc = config_load(&cfg, config_path, sets, n_sets, &err);
     free(sets);
     if (rc == 0) rc = train_run(&cfg, &opt, &err);
+    errno = 0;
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))   /* e.g. a full disk: say so, exit 1 */
+        rc = mha_fail(&err, MHA_EXIT_DATA, "cannot write the report to standard output (%s)", strerror(errno ? errno : EIO));
     if (rc != 0 && rc != 130) fprintf(stderr, "mha-train: error: %s\n", err.msg);
     return rc;
 }

@@ -113,8 +113,8 @@ int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int
 /* Write example i (truncated, with [CLS], [UNK] when empty) to dst; returns its length. */
 static int fill_example(const Batcher *b, int i, int32_t *dst) {
     const Dataset *ds = b->ds;
-    const int32_t *src = ds->ids + ds->offsets[i];
     int64_t raw = ds->offsets[i + 1] - ds->offsets[i];
+    const int32_t *src = raw ? ds->ids + ds->offsets[i] : NULL;  /* ids is NULL when every text is empty */
     int m = b->max_len - b->add_cls, k = 0;
     if (b->add_cls) dst[k++] = VOCAB_CLS;
     if (raw == 0) {

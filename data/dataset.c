@@ -283,7 +283,7 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
     if (tokenize(&o->tok, text, tlen, tl, &terr))
         return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, terr.msg);
     if (grow_examples(r) || grow_ids(r, (size_t)d->offsets[d->n] + (size_t)tl->n)) return oom(err, r->path);
-    int32_t *ids = d->ids + d->offsets[d->n];
+    int32_t *ids = tl->n ? d->ids + d->offsets[d->n] : NULL;  /* d->ids is NULL until a token */
     for (int i = 0; i < tl->n; i++) {
         const char *tok = tl->text + tl->start[i];
         if (r->train) {

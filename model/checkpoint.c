@@ -1,5 +1,6 @@
 /* model/checkpoint.c: writing (atomically) and reading (defensively) checkpoints. */
 #include "model/checkpoint.h"
+#include "model/params.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -175,8 +176,22 @@ static int parse_labels(LabelMap *m, const unsigned char *p, uint64_t n, const c
         uint32_t l = get_u32(p + off);
         off += 4;
         if (l > n - off) goto bad;
+        if (l == 0 || memchr(p + off, 0, l)) {
+            labelmap_free(m);
+            return mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (label %u is empty or holds a NUL byte)",
+                            path, i);
+        }
         m->names[i] = dup_text(p + off, l);
         m->n = (int)i + 1;
+        if (!m->names[i]) {
+            labelmap_free(m);
+            return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory reading the labels", path);
+        }
+        if (i > 0 && strcmp(m->names[i - 1], m->names[i]) >= 0) {
+            labelmap_free(m);
+            return mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (labels not sorted and distinct at "
+                            "label %u; expected the order mha-train writes)", path, i);
+        }
         off += l;
     }
     if (off != n) goto bad;
@@ -188,12 +203,18 @@ bad:
 
 int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
     memset(ck, 0, sizeof *ck);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open checkpoint (%s)", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open checkpoint (%s)", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return mha_fail(err, MHA_EXIT_DATA, "%s: not a regular file (expected an mha checkpoint)", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open checkpoint (%s)", path, strerror(errno));
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < HEADER_BYTES + 4) {
@@ -242,8 +263,13 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
         if (n > end - off) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (section %u claims %llu bytes, %llu left)", path, s, (unsigned long long)n, (unsigned long long)(end - off)); goto out; }
         const unsigned char *p = buf + off;
         switch (tag) {
-        case TAG_CONFIG: free(ck->config_json); ck->config_json = dup_text(p, n); break;
-        case TAG_STATE: free(ck->state_json); ck->state_json = dup_text(p, n); break;
+        case TAG_CONFIG:
+        case TAG_STATE: {
+            char **dst = tag == TAG_CONFIG ? &ck->config_json : &ck->state_json;
+            free(*dst);
+            if (!(*dst = dup_text(p, n))) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory reading the checkpoint", path); goto out; }
+            break;
+        }
         case TAG_VOCAB:
             if (ck->vocab) vocab_free(ck->vocab);
             ck->vocab = NULL;
@@ -264,7 +290,7 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
             if (n % 4 != 0) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (float section of %llu bytes)", path, (unsigned long long)n); goto out; }
             float **dst = tag == TAG_PARAMS ? &ck->params : tag == TAG_ADAM_M ? &ck->adam_m : &ck->adam_v;
             free(*dst);
-            *dst = dup_floats(p, n);
+            if (!(*dst = dup_floats(p, n))) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory reading the checkpoint", path); goto out; }
             if (tag == TAG_PARAMS) ck->n_params = (size_t)(n / 4);
             else adam_bytes[tag == TAG_ADAM_V] = n;
             break;
@@ -277,6 +303,11 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (missing config, vocab, labels or parameters)", path);
         goto out;
     }
+    if (!ck->adam_m != !ck->adam_v || !ck->adam_m != !ck->state_json) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (training state incomplete: expected both "
+                      "optimizer moments and the state, or none of them)", path);
+        goto out;
+    }
     if ((ck->adam_m && adam_bytes[0] != ck->n_params * 4) || (ck->adam_v && adam_bytes[1] != ck->n_params * 4)) {
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: corrupt checkpoint (optimizer state size differs from the parameters)", path);
         goto out;
@@ -285,6 +316,19 @@ out:
     free(buf);
     if (rc) checkpoint_free(ck);
     return rc;
+}
+
+int checkpoint_check_layout(const Checkpoint *ck, const Config *cfg, const char *path, MhaError *err) {
+    ModelDims d;
+    ParamLayout lay;
+    model_dims_from_config(&d, cfg, vocab_size(ck->vocab), ck->labels.n);
+    param_layout_build(&lay, &d, 0, 0);
+    size_t total = lay.total;
+    param_layout_free(&lay);
+    if (total != ck->n_params)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
+                        "(corrupt or from another version)", path, ck->n_params, total);
+    return 0;
 }
 
 void checkpoint_free(Checkpoint *ck) {

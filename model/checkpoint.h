@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/error.h"
 #include "data/vocab.h"
+#include "model/config.h"
 
 #define CHECKPOINT_VERSION 1u
 
@@ -30,6 +31,11 @@ typedef struct {
 
 int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err);
 int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err);
+/* cfg: the config parsed from ck->config_json. Checks that the model it describes (with the
+ * checkpoint's vocab and labels) has exactly ck->n_params parameters, before any model
+ * memory is allocated, so a crafted config cannot make the caller allocate a model the
+ * file does not hold. Returns 0 or MHA_EXIT_DATA naming path. */
+int checkpoint_check_layout(const Checkpoint *ck, const Config *cfg, const char *path, MhaError *err);
 void checkpoint_free(Checkpoint *ck);
 
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);

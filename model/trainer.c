@@ -11,6 +11,8 @@
 #include "model/metrics.h"
 #include "model/optimizer.h"
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -49,6 +51,33 @@ int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
     return 0;
 }
 
+/* checkpoint_save writes DIR/.NAME.tmp.PID and renames it into place; a process killed
+ * in between leaves that file behind. Called with the folder's lock held (so no other
+ * mha-train writes here): removes such files whose PID is no longer running. */
+static void remove_stale_temp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name, *t = strstr(n, ".mha.tmp.");
+        if (n[0] != '.' || !t || t == n) continue;
+        const char *digits = t + strlen(".mha.tmp.");
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (!isdigit((unsigned char)digits[0]) || *end || errno || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  /* still running (or not ours) */
+        struct stat st;
+        if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (unlinkat(dirfd(d), n, 0) == 0) removed++;
+    }
+    closedir(d);
+    if (removed)
+        fprintf(stderr, "mha-train: removed %d temporary checkpoint file%s left in %s by a killed run\n",
+                removed, removed == 1 ? "" : "s", dir);
+}
+
 /* Creates the output folder and takes an exclusive lock on OUT/.lock, held until exit
  * (the OS releases it when the process dies, so a crash never blocks --resume). */
 static int lock_output_dir(const char *dir, MhaError *err) {
@@ -66,6 +95,7 @@ static int lock_output_dir(const char *dir, MhaError *err) {
         return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
                         "(wait for it, or set output.dir to another folder)", dir);
     }
+    remove_stale_temp_files(dir);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
 }
 
@@ -95,6 +125,7 @@ typedef struct {
     int bad_steps;
     float *best_params;                   /* host copy of the best parameters */
     FILE *metrics_log;
+    int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
     double elapsed_before;                /* training seconds in earlier runs (resume) */
 } Run;
 
@@ -117,6 +148,21 @@ static char *state_json(const Run *r) {
 static double json_num(const cJSON *o, const char *key, double dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* A whole number lo..hi from the resume state (dflt when absent), or -1 with err filled:
+ * the state comes from a file, and a value outside what mha-train writes must not become
+ * an out-of-range integer conversion or a nonsense position. */
+static int state_int(const cJSON *o, const char *key, double dflt, double lo, double hi, double *out,
+                     const char *path, MhaError *err) {
+    double v = json_num(o, key, dflt);
+    if (!(v >= lo && v <= hi) || v != floor(v)) {
+        mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (%s = %g; expected a whole number from "
+                 "%.0f to %.0f)", path, key, v, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
@@ -159,8 +205,15 @@ static double metric_value(const Config *c, const Metrics *m) {
 static void log_record(Run *r, cJSON *rec) {
     if (!r->metrics_log) { cJSON_Delete(rec); return; }
     char *s = cJSON_PrintUnformatted(rec);
-    fprintf(r->metrics_log, "%s\n", s);
-    fflush(r->metrics_log);
+    errno = 0;
+    int bad = !s || fprintf(r->metrics_log, "%s\n", s) < 0;
+    if (fflush(r->metrics_log) != 0 || bad) {
+        if (!r->metrics_failed)
+            fprintf(stderr, "mha-train: warning: cannot write %s/metrics.jsonl (%s); training goes on, "
+                    "but records are being lost\n", r->cfg->out_dir, strerror(errno ? errno : EIO));
+        r->metrics_failed = 1;
+        clearerr(r->metrics_log);
+    }
     free(s);
     cJSON_Delete(rec);
 }
@@ -328,7 +381,16 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
                             "(resume from OUTPUT_DIR/last.mha)", opt->resume_path);
         }
-        if ((rc = config_from_json(cfg, resume.config_json, "", err))) { checkpoint_free(&resume); return rc; }
+        if (config_from_json(cfg, resume.config_json, "", err) != 0) {
+            char inner[1800];
+            snprintf(inner, sizeof inner, "%.1700s", err->msg);
+            checkpoint_free(&resume);
+            return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", opt->resume_path, inner);
+        }
+        if ((rc = checkpoint_check_layout(&resume, cfg, opt->resume_path, err))) {
+            checkpoint_free(&resume);
+            return rc;
+        }
     }
     if ((rc = select_backend(cfg, &r.be, err))) goto out;
     const Backend *unprofiled = r.be;
@@ -369,15 +431,33 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         r.be->to_device(r.opt.m, resume.adam_m, pbytes);
         r.be->to_device(r.opt.v, resume.adam_v, pbytes);
         cJSON *st = cJSON_Parse(resume.state_json);
-        r.update = (long)json_num(st, "update", 0);
-        r.epoch = (int)json_num(st, "epoch", 0);
-        r.batch_pos = (int)json_num(st, "batch_pos", 0);
-        r.opt.t = (int)json_num(st, "adam_t", 0);
+        double upd, ep, pos, t, bu, esb, bad;
+        const char *rp = opt->resume_path;
+        if (!cJSON_IsObject(st) ||
+            state_int(st, "update", 0, 0, 9007199254740992.0, &upd, rp, err) ||
+            state_int(st, "epoch", 0, 0, cfg->epochs, &ep, rp, err) ||
+            state_int(st, "batch_pos", 0, 0, INT32_MAX, &pos, rp, err) ||
+            state_int(st, "adam_t", 0, 0, INT32_MAX, &t, rp, err) ||
+            state_int(st, "best_update", -1, -1, upd, &bu, rp, err) ||
+            state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, rp, err) ||
+            state_int(st, "bad_steps", 0, 0, INT32_MAX, &bad, rp, err)) {
+            if (!cJSON_IsObject(st))
+                mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (expected a JSON object)", rp);
+            cJSON_Delete(st);
+            rc = MHA_EXIT_DATA;
+            goto out;
+        }
+        r.update = (long)upd;
+        r.epoch = (int)ep;
+        r.batch_pos = (int)pos;
+        r.opt.t = (int)t;
         r.best_metric = json_num(st, "best_metric", 0);
-        r.best_update = (long)json_num(st, "best_update", -1);
-        r.evals_since_best = (int)json_num(st, "evals_since_best", 0);
-        r.bad_steps = (int)json_num(st, "bad_steps", 0);
+        r.best_update = (long)bu;
+        r.evals_since_best = (int)esb;
+        r.bad_steps = (int)bad;
         r.elapsed_before = json_num(st, "elapsed", 0);
+        if (!isfinite(r.elapsed_before) || r.elapsed_before < 0) r.elapsed_before = 0;
+        if (!isfinite(r.best_metric)) r.best_update = -1;   /* no usable best so far */
         cJSON_Delete(st);
         /* the best parameters so far are in model.mha */
         char best_path[4300];

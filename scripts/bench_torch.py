@@ -23,6 +23,9 @@ scripts/bench-train and scripts/bench-predict need. Run with Debian's python3-to
            Accuracy and macro-F1 of fastText's predicted labels (__label__L per line).
   stats    --batches F.bin [--json OUT]
            Epochs, examples, batches and real tokens of the exported file.
+  selfcheck [FIXTURE.json ...]
+           This file's model, loss, schedule and AdamW against tests/fixtures/ref_*.json
+           (float64): logits, loss, 10 updates. Exit status 1 when they differ.
   report   ...   (see report_main): the final table and JSON of bench-train / bench-predict.
 
 Threads: torch.set_num_threads(N); run it with OMP_WAIT_POLICY=PASSIVE (the scripts do).
@@ -155,7 +158,7 @@ def build_model(torch, cfg, V, K, P):
                 pe = torch.zeros(P, C, dtype=torch.float64)
                 pe[:, 0::2] = torch.sin(t * freq)
                 pe[:, 1::2] = torch.cos(t * freq)[:, :C // 2]
-                self.register_buffer("pe", pe.float())
+                self.register_buffer("pe", pe)   # float64; cast to the activations' type below
                 self.pos_emb = None
             self.drop = nn.Dropout(drop)
             self.layers = nn.ModuleList([Block() for _ in range(L)])
@@ -164,8 +167,9 @@ def build_model(torch, cfg, V, K, P):
 
         def forward(self, ids, lengths):
             B, T = ids.shape
-            pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.pe[:T]
-            x = self.drop(self.tok_emb(ids) + pos)
+            emb = self.tok_emb(ids)
+            pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.pe[:T].to(emb.dtype)
+            x = self.drop(emb + pos)
             valid = torch.arange(T)[None, :] < lengths[:, None]              # (B, T)
             masked = ~valid[:, None, None, :]                                  # keys j >= len
             if causal:
@@ -203,7 +207,8 @@ def param_groups(model, cfg):
 
 def schedule_lr(t, u, total):
     """model/optimizer.c schedule_lr."""
-    w = int(round(t["warmup"] * total)) if t["warmup"] < 1 else int(t["warmup"])
+    # lround: halves away from zero (Python's round() would round them to even)
+    w = int(math.floor(t["warmup"] * total + 0.5)) if t["warmup"] < 1 else int(t["warmup"])
     if u < w:
         return t["lr"] * (u + 1) / w
     p = min(1.0, (u - w) / max(1, total - w))
@@ -215,6 +220,28 @@ def schedule_lr(t, u, total):
     else:
         f = 1.0
     return t["lr"] * f
+
+
+def update_step(torch, model, opt, params, micro, t, lr):
+    """One update (docs/model.md): the micro-batches' summed cross-entropy divided by all
+    their examples (= one big batch), clipping by global norm, AdamW at lr; an update with a
+    non-finite loss or gradient norm is skipped. Returns (loss sum, examples, norm, stepped)."""
+    F = torch.nn.functional
+    opt.zero_grad(set_to_none=True)
+    examples = sum(int(b[0].shape[0]) for b in micro)
+    loss_sum = 0.0
+    for ids, lengths, labels in micro:
+        loss = F.cross_entropy(model(ids, lengths), labels, reduction="sum",
+                               label_smoothing=t["label_smoothing"])
+        (loss / examples).backward()
+        loss_sum += float(loss)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    norm = float(torch.nn.utils.clip_grad_norm_(params, t["clip_norm"] if t["clip_norm"] > 0 else float("inf")))
+    stepped = math.isfinite(loss_sum) and math.isfinite(norm)
+    if stepped:
+        opt.step()
+    return loss_sum, examples, norm, stepped
 
 
 def metrics_of(K, gold, pred, loss_sum=0.0):
@@ -279,7 +306,6 @@ def train_main(args):
     opt = torch.optim.AdamW(param_groups(model, cfg), lr=t["lr"], betas=(t["beta1"], t["beta2"]),
                             eps=t["adam_eps"])
     params = [p for p in model.parameters()]
-    F = torch.nn.functional
     ga = t["grad_accum"]
     epochs = bf.epochs
     per_epoch = [len(bf.section(0, e)[0]) for e in range(epochs)]
@@ -287,7 +313,6 @@ def train_main(args):
     dev, _ = bf.section(1)
     test, _ = bf.section(2)
     metric = t["metric"]
-    ls = t["label_smoothing"]
     best, best_state, best_epoch = None, None, -1
     update, real_tokens, skipped = 0, 0, 0
     train_s = eval_s = 0.0
@@ -300,26 +325,16 @@ def train_main(args):
         loss_epoch, ex_epoch = 0.0, 0
         i = 0
         while i < len(entries):
-            opt.zero_grad(set_to_none=True)
-            micro = entries[i:i + ga]
-            i += ga
-            examples = sum(b[1] for b in micro)
-            loss_sum = 0.0
-            for entry in micro:
+            micro = []
+            for entry in entries[i:i + ga]:
                 ids, lengths, labels = bf.read(f, entry)
                 real_tokens += int(lengths.sum())
-                logits = model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long())
-                loss = F.cross_entropy(logits, torch.from_numpy(labels).long(), reduction="sum",
-                                       label_smoothing=ls)
-                (loss / examples).backward()
-                loss_sum += float(loss)
-            for g in opt.param_groups:
-                g["lr"] = schedule_lr(t, update, total)
-            norm = torch.nn.utils.clip_grad_norm_(params, t["clip_norm"] if t["clip_norm"] > 0 else float("inf"))
-            if math.isfinite(loss_sum) and math.isfinite(float(norm)):
-                opt.step()
-            else:
-                skipped += 1
+                micro.append((torch.from_numpy(ids).long(), torch.from_numpy(lengths).long(),
+                              torch.from_numpy(labels).long()))
+            i += ga
+            loss_sum, examples, _, stepped = update_step(torch, model, opt, params, micro, t,
+                                                         schedule_lr(t, update, total))
+            skipped += not stepped
             update += 1
             loss_epoch += loss_sum
             ex_epoch += examples
@@ -466,6 +481,62 @@ def chars_main(args):
     print(json.dumps({"lines": n, "tokens": chars}))
 
 
+def selfcheck_main(args):
+    """The model, loss, schedule and optimizer of this file against tests/fixtures/ref_*.json
+    (scripts/make-reference.py, float64): logits, loss and 10 AdamW updates."""
+    import glob
+    import torch
+    torch.set_num_threads(1)
+    paths = args or sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                  "tests", "fixtures", "ref_*.json")))
+    worst = 0.0
+    for path in paths:
+        with open(path) as f:
+            fx = json.load(f)
+        c, tr = fx["config"], fx["train"]
+        cfg = {"model": {"d_model": c["C"], "n_heads": c["NH"], "d_ff": c["F"], "n_layers": c["L"],
+                         "dropout": 0.0, "attn_dropout": 0.0, "activation": c["activation"], "norm": c["norm"],
+                         "pooling": c["pooling"], "position": c["position"], "causal": c["causal"]},
+               "train": {"lr": tr["lr"], "warmup": tr["warmup"], "decay": tr["decay"],
+                         "min_lr_ratio": tr["min_lr_ratio"], "clip_norm": tr["clip_norm"],
+                         "weight_decay": tr["weight_decay"], "beta1": tr["beta1"], "beta2": tr["beta2"],
+                         "adam_eps": tr["eps"], "label_smoothing": c["label_smoothing"],
+                         "decay_embeddings": 0, "decay_norms": 0}}
+        model = build_model(torch, cfg, c["V"], c["K"], c["P"]).double()
+        state = model.state_dict()
+        for prm in fx["params"]:
+            if prm["name"] in ("tok_emb", "pos_emb"):
+                key = prm["name"] + ".weight"
+            else:
+                stem, _, wb = prm["name"].rpartition("_")
+                key = stem + (".weight" if wb == "w" else ".bias")
+            state[key].copy_(torch.tensor(prm["data"], dtype=torch.float64).view(prm["shape"]))
+        ids = torch.tensor(fx["inputs"]["ids"]).view(c["B"], c["T"])
+        lengths = torch.tensor(fx["inputs"]["lengths"])
+        labels = torch.tensor(fx["inputs"]["labels"])
+        model.train()
+        logits = model(ids, lengths)
+        d_logits = float((logits.detach().flatten() - torch.tensor(fx["logits"], dtype=torch.float64)).abs().max())
+        t = cfg["train"]
+        opt = torch.optim.AdamW(param_groups(model, cfg), lr=t["lr"], betas=(t["beta1"], t["beta2"]),
+                                eps=t["adam_eps"])
+        params = list(model.parameters())
+        losses = []
+        for u in range(tr["total"]):
+            loss_sum, n, _, _ = update_step(torch, model, opt, params, [(ids, lengths, labels)], t,
+                                            schedule_lr(t, u, tr["total"]))
+            losses.append(loss_sum / n)
+        d_loss = abs(losses[0] - fx["loss"])
+        d_train = max(abs(a - b) for a, b in zip(losses, tr["losses"]))
+        d_sum = abs(float(sum(p.detach().sum() for p in params)) - tr["final_params_checksum"])
+        worst = max(worst, d_logits, d_loss, d_train, d_sum)
+        print(f"{os.path.basename(path)}: logits {d_logits:.1e}  loss {d_loss:.1e}  "
+              f"10 updates: losses {d_train:.1e}  params checksum {d_sum:.1e}")
+    ok = worst < 1e-8
+    print(f"selfcheck: largest difference {worst:.1e} ({'ok' if ok else 'FAILED'}, tolerance 1e-8)")
+    sys.exit(0 if ok else 1)
+
+
 def stats_main(args):
     a = parse_opts(args, {"--batches": None, "--json": ""})
     bf = BatchFile(a["--batches"])
@@ -499,7 +570,9 @@ def score_main(args):
         sys.exit(f"bench_torch: {len(pred_names)} predictions for {len(gold_names)} gold labels")
     names = sorted(set(gold_names) | set(pred_names))
     idx = {n: i for i, n in enumerate(names)}
-    write_json(a["--json"], metrics_of(len(names), [idx[g] for g in gold_names], [idx[p] for p in pred_names]))
+    m = metrics_of(len(names), [idx[g] for g in gold_names], [idx[p] for p in pred_names])
+    del m["loss"]   # fastText predict gives labels only
+    write_json(a["--json"], m)
 
 
 # ---------------------------------------------------------------------------------------
@@ -674,7 +747,7 @@ def main():
         return
     cmd, args = sys.argv[1], sys.argv[2:]
     {"train": train_main, "predict": predict_main, "measure": measure_main, "chars": chars_main,
-     "score": score_main, "stats": stats_main, "report": report_main}.get(cmd, lambda _: sys.exit(f"bench_torch: unknown {cmd!r}"))(args)
+     "score": score_main, "stats": stats_main, "selfcheck": selfcheck_main, "report": report_main}.get(cmd, lambda _: sys.exit(f"bench_torch: unknown {cmd!r}"))(args)
 
 
 if __name__ == "__main__":

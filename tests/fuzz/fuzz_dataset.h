@@ -1,0 +1,110 @@
+/* tests/fuzz/fuzz_dataset.h: one dataset reader (TSV, fastText or JSON Lines) on arbitrary
+ * bytes, as mha-train reads a training file, then as a dev file with the vocabulary and
+ * labels built from it, then through the batcher; every line also goes through parse_line
+ * as mha-predict's streamed input does. Invariants: a successful read has n > 0 examples,
+ * monotone offsets, ids inside the vocabulary, labels inside the sorted, distinct label map;
+ * reading the same file again as a dev file gives the same examples; every batch holds
+ * lengths 1..T and ids inside the vocabulary. */
+#ifndef MHA_TESTS_FUZZ_DATASET_H
+#define MHA_TESTS_FUZZ_DATASET_H
+
+#include "data/batcher.h"
+#include "data/dataset.h"
+#include "fuzz_common.h"
+
+static void check_dataset(const Dataset *d, int V, int K) {
+    FUZZ_ASSERT(d->n > 0);
+    FUZZ_ASSERT(d->offsets[0] == 0);
+    for (int i = 0; i < d->n; i++) {
+        FUZZ_ASSERT(d->offsets[i + 1] >= d->offsets[i]);
+        FUZZ_ASSERT(K < 0 ? d->labels[i] == -1 : (d->labels[i] >= 0 && d->labels[i] < K));
+        FUZZ_ASSERT(d->line_no[i] >= 1);
+    }
+    for (int64_t j = 0; j < d->offsets[d->n]; j++) FUZZ_ASSERT(d->ids[j] >= 0 && d->ids[j] < V);
+}
+
+static int fuzz_dataset(const uint8_t *data, size_t size, int format) {
+    const char *path = fuzz_file(data, size);
+    ReadOptions o;
+    memset(&o, 0, sizeof o);
+    o.format = format;
+    tokenizer_options_default(&o.tok);
+    o.tok.replace_invalid = 1;
+    o.max_line_bytes = 64;   /* small, so truncation at a character boundary is exercised */
+    Vocab *v = NULL;
+    LabelMap labels = {0, NULL};
+    Dataset d;
+    MhaError err;
+    if (dataset_load_train(path, &o, 1, 64, &v, &labels, &d, &err) == 0) {
+        int V = vocab_size(v);
+        FUZZ_ASSERT(V >= VOCAB_RESERVED && V <= 64);
+        FUZZ_ASSERT(labels.n >= 1);
+        for (int k = 1; k < labels.n; k++) FUZZ_ASSERT(strcmp(labels.names[k - 1], labels.names[k]) < 0);
+        for (int k = 0; k < labels.n; k++) FUZZ_ASSERT(labelmap_find(&labels, labels.names[k]) == k);
+        check_dataset(&d, V, labels.n);
+
+        Dataset dev;
+        if (dataset_load(path, &o, v, &labels, &dev, &err) == 0) {
+            check_dataset(&dev, V, labels.n);
+            FUZZ_ASSERT(dev.n == d.n);
+            FUZZ_ASSERT(memcmp(dev.labels, d.labels, (size_t)d.n * sizeof *d.labels) == 0);
+            FUZZ_ASSERT(memcmp(dev.offsets, d.offsets, ((size_t)d.n + 1) * sizeof *d.offsets) == 0);
+            dataset_free(&dev);
+        } else {
+            FUZZ_ASSERT(0 && "a file read as training data must read again as dev data");
+        }
+        ReadOptions strict = o;
+        strict.tok.replace_invalid = 0;
+        if (dataset_load(path, &strict, v, NULL, &dev, &err) == 0) {
+            check_dataset(&dev, V, -1);
+            dataset_free(&dev);
+        }
+
+        Batcher b;
+        memset(&b, 0, sizeof b);
+        if (batcher_init(&b, &d, 3, 8, TRUNC_HEAD_TAIL, 1, 1, 7) == 0) {
+            for (int epoch = 0; epoch < 2; epoch++) {
+                batcher_start_epoch(&b, epoch, epoch == 0, 0);
+                int seen = 0;
+                const Batch *bt;
+                while ((bt = batcher_next(&b)) != NULL) {
+                    FUZZ_ASSERT(bt->B >= 1 && bt->B <= 3 && bt->T >= 1 && bt->T <= 8);
+                    for (int i = 0; i < bt->B; i++) {
+                        FUZZ_ASSERT(bt->lengths[i] >= 1 && bt->lengths[i] <= bt->T);
+                        for (int t = 0; t < bt->T; t++) {
+                            int32_t id = bt->ids[(size_t)i * bt->T + t];
+                            FUZZ_ASSERT(id >= 0 && id < V);
+                            FUZZ_ASSERT((t < bt->lengths[i]) == (bt->mask[(size_t)i * bt->T + t] != 0));
+                        }
+                    }
+                    seen += bt->B;
+                }
+                FUZZ_ASSERT(seen == d.n);
+            }
+        }
+        batcher_free(&b);
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&labels);
+    }
+
+    /* each line as mha-predict's streamed input (any format, the line modified in place) */
+    char *copy = fuzz_string(data, size);
+    char *line = copy, *next;
+    int fmt = format;
+    for (; line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (fmt == FORMAT_AUTO && line[0]) fmt = detect_format(line);
+        char *label, *text;
+        MhaError perr;
+        if (parse_line(line, fmt, &label, &text, &perr) == 0) {
+            FUZZ_ASSERT(text != NULL);
+            FUZZ_ASSERT(strlen(text) <= size);
+        }
+    }
+    free(copy);
+    return 0;
+}
+
+#endif

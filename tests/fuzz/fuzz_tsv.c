@@ -1,0 +1,4 @@
+/* tests/fuzz/fuzz_tsv.c: the tsv reader on arbitrary bytes (see fuzz_dataset.h). */
+#include "fuzz_dataset.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return fuzz_dataset(data, size, FORMAT_TSV); }
