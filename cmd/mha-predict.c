@@ -6,6 +6,7 @@
  * Exit status: 0 success, 1 runtime or data error, 2 usage error. */
 #include "data/dataset.h"
 #include "data/error.h"
+#include "kernels/backend.h"
 #include "model/checkpoint.h"
 #include "model/classifier.h"
 #include "model/config.h"
@@ -375,6 +376,7 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
 }
 
 int main(int argc, char **argv) {
+    mha_cpu_prefer_passive_wait(argv);
     const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu";
     int top_k = 1, json = 0, batch_size = 64, threads = 0, attention = 0;
     for (int i = 1; i < argc; i++) {

@@ -2,6 +2,7 @@
  * Exit status: 0 success, 1 runtime or data error, 2 usage error, 130 interrupted
  * (after saving last.mha). */
 #include "data/error.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/trainer.h"
 #include <errno.h>
@@ -35,6 +36,7 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 int main(int argc, char **argv) {
+    mha_cpu_prefer_passive_wait(argv);
     const char *config_path = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0;

@@ -2,6 +2,8 @@
  * The layer kernels are the float instantiation of layers_impl.h (layers_f32.c); this file
  * adds memory, the plain elementwise ops, the optimizer and thread setup, and fills the table. */
 #include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <omp.h>
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
@@ -116,4 +118,11 @@ const Backend *mha_cpu_backend(int threads) {
     /* All parallelism is OpenMP's: BLAS calls run on the calling thread (see linear_*). */
     openblas_set_num_threads(1);
     return &cpu_backend;
+}
+
+void mha_cpu_prefer_passive_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with the default policy */
 }
