@@ -4,13 +4,26 @@ scripts/bench-train and scripts/bench-predict need. Run with Debian's python3-to
 /usr/bin/python3 scripts/bench_torch.py SUBCOMMAND ...
 
   train    --batches F.bin [--threads N] [--state-out S.pt] [--json OUT]
+           [--device cpu|cuda] [--max-steps N [--warmup-steps W]] [--amp none|bf16]
+           [--attention eager|sdpa]
            Builds the model of docs/model.md in float32 eager PyTorch from F.bin.json (the
            resolved config written by tests/bench/export_batches), trains it on the exported
            batches in the exported order (every epoch, grad_accum, warmup + decay, clipping,
            AdamW with decay only on linear weights, the same dropout), evaluates dev after
            every epoch, keeps the best by train.metric, evaluates test on the best, like
            mha-train does. Reports real (non-padding) tokens/s and accuracy.
-  predict  --batches P.bin [--state S.pt] [--threads N] [--json OUT]
+           --device cuda: the same on the GPU (default cpu).
+           --max-steps N: a speed measurement instead: N optimizer updates on the first
+           batches of the file (read into memory before the clock starts; no dev/test
+           evaluation), the first W updates (default 10) untimed, torch.cuda.synchronize()
+           around the clock. Reports real and padded tokens/s of the timed updates, the median
+           of the real tokens/s over windows of 10 updates (the first window left out, as
+           mha-train's progress lines count them), ms/update and, on CUDA,
+           torch.cuda.max_memory_allocated(); prints one line "TRAINBENCH key=value ..."
+           on stderr. --amp bf16: forward and loss under torch.autocast(bfloat16).
+           --attention sdpa: F.scaled_dot_product_attention (torch >= 2.0) instead of the
+           eager masked softmax (a stronger baseline than the reference; default eager).
+  predict  --batches P.bin [--state S.pt] [--threads N] [--json OUT] [--device cpu|cuda]
            Inference under torch.no_grad() over the exported prediction batches
            (probabilities and arg-max of every line); lines/s of the forward loop.
   measure  --out M.json -- CMD ARGS...
@@ -29,16 +42,23 @@ scripts/bench-train and scripts/bench-predict need. Run with Debian's python3-to
   report   ...   (see report_main): the final table and JSON of bench-train / bench-predict.
 
 Threads: torch.set_num_threads(N); run it with OMP_WAIT_POLICY=PASSIVE (the scripts do).
+numpy: needed by every subcommand but `train --max-steps N`, which also runs on a bare PyTorch
+install (scripts/gpu-check runs it that way, with torch 2.x, on the GPU machine).
 """
 import json
 import math
 import os
 import resource
+import statistics
+import struct
 import subprocess
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:   # only `train --max-steps` works without numpy (a bare PyTorch install)
+    np = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -56,7 +76,7 @@ class BatchFile:
         with open(path, "rb") as f:
             if f.read(8) != b"MHABATCH":
                 sys.exit(f"bench_torch: {path}: not an export_batches file")
-            h = np.fromfile(f, dtype="<i4", count=16)
+            h = struct.unpack("<16i", f.read(64))
             (self.version, self.vocab, self.classes, self.max_len, self.batch_size, self.epochs,
              self.pad, self.add_cls, self.padded, n_sections) = [int(x) for x in h[:10]]
             if self.version != 1:
@@ -65,12 +85,12 @@ class BatchFile:
             pos = 8 + 16 * 4
             for _ in range(n_sections):
                 f.seek(pos)
-                kind, index, nb, nex = [int(x) for x in np.fromfile(f, dtype="<i4", count=4)]
+                kind, index, nb, nex = struct.unpack("<4i", f.read(16))
                 pos += 16
                 batches = []
                 for _ in range(nb):
                     f.seek(pos)
-                    B, T = [int(x) for x in np.fromfile(f, dtype="<i4", count=2)]
+                    B, T = struct.unpack("<2i", f.read(8))
                     batches.append((pos + 8, B, T))
                     pos += 8 + 4 * (B * T + 2 * B)
                 self.sections.append((kind, index, batches, nex))
@@ -89,6 +109,19 @@ class BatchFile:
         a = np.fromfile(f, dtype="<i4", count=B * T + 2 * B)
         return a[:B * T].reshape(B, T), a[B * T:B * T + B], a[B * T + B:]
 
+    def read_torch(self, f, entry, torch):
+        """As read, as int32 CPU tensors (no numpy)."""
+        off, B, T = entry
+        f.seek(off)
+        n = B * T + 2 * B
+        buf = bytearray(f.read(4 * n))
+        if len(buf) != 4 * n:
+            sys.exit(f"bench_torch: {self.path}: truncated batch at byte {off}")
+        if sys.byteorder != "little":
+            sys.exit("bench_torch: read_torch assumes a little-endian machine (the file's order)")
+        a = torch.frombuffer(buf, dtype=torch.int32)
+        return a[:B * T].view(B, T), a[B * T:B * T + B], a[B * T + B:]
+
     def lengths(self, entries, f):
         for e in entries:
             yield self.read(f, e)[1]
@@ -97,7 +130,9 @@ class BatchFile:
 # ---------------------------------------------------------------------------------------
 # The model of docs/model.md
 
-def build_model(torch, cfg, V, K, P):
+def build_model(torch, cfg, V, K, P, sdpa=False):
+    """sdpa: attention through F.scaled_dot_product_attention (torch >= 2.0) instead of the
+    eager masked softmax; same function, for the GPU benchmark only."""
     nn = torch.nn
     F = torch.nn.functional
     m = cfg["model"]
@@ -127,6 +162,10 @@ def build_model(torch, cfg, V, K, P):
             q = q.view(B, T, NH, HS).transpose(1, 2)        # (B, NH, T, HS)
             k = k.view(B, T, NH, HS).transpose(1, 2)
             v = v.view(B, T, NH, HS).transpose(1, 2)
+            if sdpa:   # boolean attn_mask: True takes part
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=~masked,
+                                                   dropout_p=adrop if self.training else 0.0)
+                return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
             scores = q @ k.transpose(-2, -1) / math.sqrt(HS)  # (B, NH, T, T)
             scores = scores.masked_fill(masked, float("-inf"))
             p = self.adrop(F.softmax(scores, dim=-1))
@@ -170,10 +209,10 @@ def build_model(torch, cfg, V, K, P):
             emb = self.tok_emb(ids)
             pos = self.pos_emb.weight[:T] if self.pos_emb is not None else self.pe[:T].to(emb.dtype)
             x = self.drop(emb + pos)
-            valid = torch.arange(T)[None, :] < lengths[:, None]              # (B, T)
+            valid = torch.arange(T, device=ids.device)[None, :] < lengths[:, None]  # (B, T)
             masked = ~valid[:, None, None, :]                                  # keys j >= len
             if causal:
-                masked = masked | torch.ones(T, T, dtype=torch.bool).triu(1)
+                masked = masked | torch.ones(T, T, dtype=torch.bool, device=ids.device).triu(1)
             for blk in self.layers:
                 x = blk(x, masked)
             if self.lnf is not None:
@@ -222,17 +261,23 @@ def schedule_lr(t, u, total):
     return t["lr"] * f
 
 
-def update_step(torch, model, opt, params, micro, t, lr):
+def update_step(torch, model, opt, params, micro, t, lr, autocast=None):
     """One update (docs/model.md): the micro-batches' summed cross-entropy divided by all
     their examples (= one big batch), clipping by global norm, AdamW at lr; an update with a
-    non-finite loss or gradient norm is skipped. Returns (loss sum, examples, norm, stepped)."""
+    non-finite loss or gradient norm is skipped. Returns (loss sum, examples, norm, stepped).
+    autocast: None, or a function returning the context (torch.autocast) for forward + loss."""
     F = torch.nn.functional
     opt.zero_grad(set_to_none=True)
     examples = sum(int(b[0].shape[0]) for b in micro)
     loss_sum = 0.0
     for ids, lengths, labels in micro:
-        loss = F.cross_entropy(model(ids, lengths), labels, reduction="sum",
-                               label_smoothing=t["label_smoothing"])
+        if autocast is None:
+            loss = F.cross_entropy(model(ids, lengths), labels, reduction="sum",
+                                   label_smoothing=t["label_smoothing"])
+        else:
+            with autocast():
+                loss = F.cross_entropy(model(ids, lengths), labels, reduction="sum",
+                                       label_smoothing=t["label_smoothing"])
         (loss / examples).backward()
         loss_sum += float(loss)
     for g in opt.param_groups:
@@ -263,15 +308,22 @@ def metrics_of(K, gold, pred, loss_sum=0.0):
             "loss": loss_sum / n if n else 0.0, "n": n}
 
 
-def evaluate(torch, model, bf, f, entries, K):
+def to_device(torch, a, dev):
+    """An int32 numpy array as an int64 tensor on dev (on the CPU exactly as before)."""
+    if dev is None or dev.type == "cpu":
+        return torch.from_numpy(a).long()
+    return torch.from_numpy(a).to(dev).long()
+
+
+def evaluate(torch, model, bf, f, entries, K, dev=None):
     F = torch.nn.functional
     model.eval()
     gold, pred, loss_sum = [], [], 0.0
     with torch.no_grad():
         for e in entries:
             ids, lengths, labels = bf.read(f, e)
-            logits = model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long())
-            y = torch.from_numpy(labels).long()
+            logits = model(to_device(torch, ids, dev), to_device(torch, lengths, dev))
+            y = to_device(torch, labels, dev)
             loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
             gold.extend(labels.tolist())
             pred.extend(logits.argmax(1).tolist())
@@ -296,13 +348,29 @@ def useful_flops(cfg, lengths_iter, K):
 
 def train_main(args):
     import torch
-    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state-out": "", "--json": ""})
+    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state-out": "", "--json": "",
+                          "--device": "cpu", "--max-steps": "0", "--warmup-steps": "10", "--amp": "none",
+                          "--attention": "eager"})
     torch.set_num_threads(int(a["--threads"]))
+    dev = open_device(torch, a["--device"])
+    if a["--amp"] not in ("none", "bf16"):
+        sys.exit(f"bench_torch: --amp {a['--amp']!r}: expected none or bf16")
+    if a["--attention"] not in ("eager", "sdpa"):
+        sys.exit(f"bench_torch: --attention {a['--attention']!r}: expected eager or sdpa")
+    if a["--attention"] == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        sys.exit(f"bench_torch: --attention sdpa needs torch >= 2.0 (this is {torch.__version__})")
+    max_steps = int(a["--max-steps"])
+    if max_steps > 0:
+        return train_steps(torch, a, dev, max_steps)
+    if a["--amp"] != "none" or a["--attention"] != "eager":
+        sys.exit("bench_torch: --amp and --attention are for the speed measurement (--max-steps N)")
     bf = BatchFile(a["--batches"])
     cfg = bf.config
     t = cfg["train"]
     torch.manual_seed(t["seed"])
     model = build_model(torch, cfg, bf.vocab, bf.classes, bf.max_len)
+    if dev.type != "cpu":
+        model = model.to(dev)
     opt = torch.optim.AdamW(param_groups(model, cfg), lr=t["lr"], betas=(t["beta1"], t["beta2"]),
                             eps=t["adam_eps"])
     params = [p for p in model.parameters()]
@@ -310,7 +378,7 @@ def train_main(args):
     epochs = bf.epochs
     per_epoch = [len(bf.section(0, e)[0]) for e in range(epochs)]
     total = sum((n + ga - 1) // ga for n in per_epoch)
-    dev, _ = bf.section(1)
+    dev_entries, _ = bf.section(1)
     test, _ = bf.section(2)
     metric = t["metric"]
     best, best_state, best_epoch = None, None, -1
@@ -329,8 +397,8 @@ def train_main(args):
             for entry in entries[i:i + ga]:
                 ids, lengths, labels = bf.read(f, entry)
                 real_tokens += int(lengths.sum())
-                micro.append((torch.from_numpy(ids).long(), torch.from_numpy(lengths).long(),
-                              torch.from_numpy(labels).long()))
+                micro.append((to_device(torch, ids, dev), to_device(torch, lengths, dev),
+                              to_device(torch, labels, dev)))
             i += ga
             loss_sum, examples, _, stepped = update_step(torch, model, opt, params, micro, t,
                                                          schedule_lr(t, update, total))
@@ -341,8 +409,8 @@ def train_main(args):
         t1 = time.perf_counter()
         train_s += t1 - t0
         rec = {"epoch": e + 1, "train_loss": loss_epoch / max(1, ex_epoch), "train_s": t1 - t0}
-        if dev:
-            md = evaluate(torch, model, bf, f, dev, bf.classes)
+        if dev_entries:
+            md = evaluate(torch, model, bf, f, dev_entries, bf.classes, dev)
             value = -md["loss"] if metric == "loss" else md[metric]
             if best is None or value > best:
                 best, best_epoch = value, e + 1
@@ -354,7 +422,7 @@ def train_main(args):
         epoch_s.append(t2 - t0)
         epoch_log.append(rec)
         print(f"torch epoch {e + 1}/{epochs}: train loss {rec['train_loss']:.4f}"
-              + (f"  dev accuracy {rec['dev_accuracy']:.4f}  macro-F1 {rec['dev_macro_f1']:.4f}" if dev else "")
+              + (f"  dev accuracy {rec['dev_accuracy']:.4f}  macro-F1 {rec['dev_macro_f1']:.4f}" if dev_entries else "")
               + f"  {rec['epoch_s']:.1f} s", file=sys.stderr, flush=True)
     if best_state is not None:
         model.load_state_dict(best_state)
@@ -369,26 +437,144 @@ def train_main(args):
         "useful_flops_per_epoch": useful_flops(cfg, bf.lengths(bf.section(0, 0)[0], f), bf.classes) * 3,
     }
     if test:
-        result["test"] = evaluate(torch, model, bf, f, test, bf.classes)
+        result["test"] = evaluate(torch, model, bf, f, test, bf.classes, dev)
         print(f"torch test: accuracy {result['test']['accuracy']:.4f}  macro-F1 {result['test']['macro_f1']:.4f}",
               file=sys.stderr)
     f.close()
     result["peak_rss_kib_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if dev.type == "cuda":
+        result.update(device_info(torch, dev))
     if a["--state-out"]:
         torch.save(model.state_dict(), a["--state-out"])
     write_json(a["--json"], result)
 
 
+def open_device(torch, name):
+    if name == "cpu":
+        return torch.device("cpu")
+    if name != "cuda" and not name.startswith("cuda:"):
+        sys.exit(f"bench_torch: --device {name!r}: expected cpu or cuda")
+    if not torch.cuda.is_available():
+        sys.exit(f"bench_torch: --device {name}: torch {torch.__version__} sees no CUDA device")
+    return torch.device(name)
+
+
+def device_info(torch, dev):
+    """The GPU, the float32 matmul mode and the allocator's peaks (bytes -> MiB)."""
+    return {"device": torch.cuda.get_device_name(dev),
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "peak_device_mib": torch.cuda.max_memory_allocated(dev) / 2**20,
+            "peak_device_reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20}
+
+
+def train_steps(torch, a, dev, max_steps):
+    """--max-steps N: the speed of N updates on the file's first batches (see the usage)."""
+    bf = BatchFile(a["--batches"])
+    cfg = bf.config
+    t = cfg["train"]
+    ga = t["grad_accum"]
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    # The updates' batches, in the exported order (epoch after epoch), read before the clock.
+    per_epoch = [len(bf.section(0, e)[0]) for e in range(bf.epochs)]
+    total = sum((n + ga - 1) // ga for n in per_epoch)
+    updates = []   # [[(ids, lengths, labels) int32 CPU tensors, ...], ...]
+    with open(bf.path, "rb") as f:
+        for e in range(bf.epochs):
+            entries, _ = bf.section(0, e)
+            for i in range(0, len(entries), ga):
+                if len(updates) == max_steps:
+                    break
+                updates.append([bf.read_torch(f, entry, torch) for entry in entries[i:i + ga]])
+    if len(updates) < max_steps:
+        print(f"bench_torch: {bf.path} holds {len(updates)} updates, fewer than --max-steps {max_steps}",
+              file=sys.stderr)
+    n = len(updates)
+    warm = min(int(a["--warmup-steps"]), n // 2)
+    torch.manual_seed(t["seed"])
+    model = build_model(torch, cfg, bf.vocab, bf.classes, bf.max_len, sdpa=a["--attention"] == "sdpa").to(dev)
+    opt = torch.optim.AdamW(param_groups(model, cfg), lr=t["lr"], betas=(t["beta1"], t["beta2"]),
+                            eps=t["adam_eps"])
+    params = list(model.parameters())
+    autocast = None
+    if a["--amp"] == "bf16":
+        autocast = lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    model.train()
+    ends, real, padded, losses, skipped = [], [], [], [], 0
+    sync()
+    start = time.perf_counter()
+    for u, micro in enumerate(updates):
+        batch = [tuple(x.to(dev).long() for x in m) for m in micro]
+        loss_sum, examples, _, stepped = update_step(torch, model, opt, params, batch, t,
+                                                     schedule_lr(t, u, total), autocast)
+        sync()   # update_step already waited for the loss and the norm; this covers AdamW
+        ends.append(time.perf_counter())
+        real.append(sum(int(m[1].sum()) for m in micro))
+        padded.append(sum(int(m[0].numel()) for m in micro))
+        losses.append(loss_sum / examples)
+        skipped += not stepped
+    # timed: updates warm .. n-1 (the clock starts when update warm-1 has finished)
+    t_begin = ends[warm - 1] if warm > 0 else start
+    secs = ends[-1] - t_begin if n else 0.0
+    real_timed, padded_timed = sum(real[warm:]), sum(padded[warm:])
+    # mha-train's progress lines: real tokens/s over windows of 10 updates; the first left out
+    windows = []
+    for w in range(10, n - 9, 10):
+        windows.append(sum(real[w:w + 10]) / (ends[w + 9] - ends[w - 1]))
+    result = {
+        "system": "pytorch", "torch": torch.__version__, "device_type": dev.type,
+        "threads": torch.get_num_threads(), "batches": bf.path, "padded": bool(bf.padded),
+        "batch_size": bf.batch_size, "grad_accum": ga, "amp": a["--amp"], "attention": a["--attention"],
+        "updates": n, "warmup_updates": warm, "timed_updates": n - warm, "skipped_updates": skipped,
+        "timed_s": secs, "real_tokens_timed": real_timed, "padded_tokens_timed": padded_timed,
+        "tokens_per_s": real_timed / secs if secs > 0 else None,
+        "padded_tokens_per_s": padded_timed / secs if secs > 0 else None,
+        "ms_per_update": 1e3 * secs / (n - warm) if n - warm > 0 else None,
+        "window_tokens_per_s": windows,
+        "window_median_tokens_per_s": float(statistics.median(windows)) if windows else None,
+        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+        "peak_rss_kib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+    if cuda:
+        result.update(device_info(torch, dev))
+    else:
+        result["peak_device_mib"] = None
+    label = f"{dev.type} {'bf16 autocast' if a['--amp'] == 'bf16' else 'fp32'} {a['--attention']}"
+
+    def num(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    print(f"torch train ({label}): {n} updates, {n - warm} timed (after {warm} warm-up) in {secs:.3f} s: "
+          f"{num(result['tokens_per_s'], '.0f')} real tokens/s, {num(result['padded_tokens_per_s'], '.0f')} "
+          f"padded tokens/s, {num(result['ms_per_update'], '.2f')} ms/update, median of 10-update windows "
+          f"{num(result['window_median_tokens_per_s'], '.0f')} real tokens/s; loss {num(result['first_loss'], '.4f')} "
+          f"-> {num(result['last_loss'], '.4f')}; peak device memory "
+          f"{num(result['peak_device_mib'], '.1f')} MiB (max_memory_allocated)", file=sys.stderr)
+    print(f"TRAINBENCH system=pytorch device={dev.type} amp={a['--amp']} attention={a['--attention']} "
+          f"updates={n} timed={n - warm} real_tok_s={num(result['tokens_per_s'], '.1f')} "
+          f"padded_tok_s={num(result['padded_tokens_per_s'], '.1f')} "
+          f"window_median_tok_s={num(result['window_median_tokens_per_s'], '.1f')} "
+          f"ms_per_update={num(result['ms_per_update'], '.3f')} peak_mib={num(result['peak_device_mib'], '.1f')}",
+          file=sys.stderr, flush=True)
+    write_json(a["--json"], result)
+
+
 def predict_main(args):
     import torch
-    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state": "", "--json": ""})
+    a = parse_opts(args, {"--batches": None, "--threads": "2", "--state": "", "--json": "", "--device": "cpu"})
     torch.set_num_threads(int(a["--threads"]))
+    dev = open_device(torch, a["--device"])
     bf = BatchFile(a["--batches"])
     cfg = bf.config
     torch.manual_seed(cfg["train"]["seed"])
     model = build_model(torch, cfg, bf.vocab, bf.classes, bf.max_len)
     if a["--state"]:
-        model.load_state_dict(torch.load(a["--state"]))
+        model.load_state_dict(torch.load(a["--state"], map_location="cpu"))
+    if dev.type != "cpu":
+        model = model.to(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
     model.eval()
     entries, n = bf.section(3)
     if entries is None:
@@ -399,15 +585,19 @@ def predict_main(args):
     with torch.no_grad():
         for e in entries:
             ids, lengths, _ = bf.read(f, e)
-            probs = torch.softmax(model(torch.from_numpy(ids).long(), torch.from_numpy(lengths).long()), dim=1)
+            probs = torch.softmax(model(to_device(torch, ids, dev), to_device(torch, lengths, dev)), dim=1)
             top = probs.max(1)
             lines += len(top.values)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
     secs = time.perf_counter() - t0
     f.close()
     result = {"system": "pytorch", "batches": bf.path, "padded": bool(bf.padded), "lines": lines,
               "batch_size": bf.batch_size, "threads": torch.get_num_threads(), "forward_s": secs,
               "lines_per_s": lines / secs,
               "peak_rss_kib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    if dev.type == "cuda":
+        result.update(device_info(torch, dev))
     print(f"torch predict: {lines} lines in {secs:.2f} s, {lines / secs:.0f} lines/s", file=sys.stderr)
     write_json(a["--json"], result)
 
@@ -746,6 +936,9 @@ def main():
         print(__doc__)
         return
     cmd, args = sys.argv[1], sys.argv[2:]
+    if np is None and not (cmd == "train" and "--max-steps" in args):
+        sys.exit(f"bench_torch: {cmd} needs numpy, which this python3 ({sys.executable}) lacks "
+                 "(only `train --max-steps N` works without it)")
     {"train": train_main, "predict": predict_main, "measure": measure_main, "chars": chars_main,
      "score": score_main, "stats": stats_main, "selfcheck": selfcheck_main, "report": report_main}.get(cmd, lambda _: sys.exit(f"bench_torch: unknown {cmd!r}"))(args)
 
