@@ -502,7 +502,9 @@ def train_steps(torch, a, dev, max_steps):
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     model.train()
-    ends, real, padded, losses, skipped = [], [], [], [], 0
+    real = [sum(int(m[1].sum()) for m in micro) for micro in updates]
+    padded = [sum(int(m[0].numel()) for m in micro) for micro in updates]
+    ends, losses, skipped = [], [], 0
     sync()
     start = time.perf_counter()
     for u, micro in enumerate(updates):
@@ -515,8 +517,6 @@ def train_steps(torch, a, dev, max_steps):
         if u == warm - 1 or u == n - 1:
             sync()
         ends.append(time.perf_counter())
-        real.append(sum(int(m[1].sum()) for m in micro))
-        padded.append(sum(int(m[0].numel()) for m in micro))
         losses.append(loss_sum / examples)
         skipped += not stepped
     # timed: updates warm .. n-1 (the clock starts when update warm-1 has finished)
