@@ -125,6 +125,11 @@ typedef struct Backend {
     /* sum of squares of x (n), accumulated in double; returned to the host. */
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);                             /* x *= s */
+
+    /* ---- optional (NULL when the backend has none) ----
+     * The most device memory the backend ever held at once through alloc() and its own
+     * scratch buffers, in bytes (the CUDA backend; library workspaces are not counted). */
+    size_t (*peak_bytes)(void);
 } Backend;
 
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
@@ -139,7 +144,12 @@ const Backend *mha_cpu_backend(int threads);
 void mha_cpu_prefer_passive_wait(char **argv);
 
 /* The CUDA backend, or NULL when the binary was built without CUDA or no device is
- * visible; `why` (may be NULL) receives a one-line reason. */
-const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len);
+ * visible; `why` (may be NULL) receives a one-line reason.
+ * tf32: the fp32 GEMMs may use TF32 tensor cores.
+ * bf16: mixed precision (train.precision = "bf16"): the linear layers' GEMMs and the fused
+ * attention's products take bf16 inputs with fp32 accumulation; parameters, gradients,
+ * optimizer state, activations, LayerNorm and softmax statistics stay fp32. The fp32 and the
+ * bf16 tables can be used side by side (they share memory and the device). */
+const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t why_len);
 
 #endif

@@ -2,8 +2,9 @@
 #include "kernels/backend.h"
 #include <stdio.h>
 
-const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) {
+const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t why_len) {
     (void)tf32;
+    (void)bf16;
     if (why && why_len)
         snprintf(why, why_len, "this mha was built without CUDA (rebuild with nvcc installed "
                  "and meson -Dcuda=enabled)");

@@ -118,6 +118,7 @@ const Backend *profile_backend(const Backend *b) {
         .attention_forward_fused = p_att_fwd_fused, .attention_backward_fused = p_att_bwd_fused,
         .pool_forward = p_pool_forward, .pool_backward = p_pool_backward, .crossentropy = p_ce,
         .adamw = p_adamw, .sum_squares = p_sum_squares, .scale = p_scale,
+        .peak_bytes = b->peak_bytes,
     };
     return &wrapped;
 }

@@ -43,10 +43,13 @@ int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
         *be = mha_cpu_backend(cfg->threads);
         return 0;
     }
-    const Backend *cuda = mha_cuda_backend(cfg->tf32, why, sizeof why);
+    const int bf16 = strcmp(cfg->precision, "bf16") == 0;
+    const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
     if (cuda) { *be = cuda; return 0; }
     if (strcmp(cfg->device, "cuda") == 0)
         return mha_fail(err, MHA_EXIT_DATA, "train.device = \"cuda\" but %s (use train.device=cpu or auto)", why);
+    if (bf16)  /* device "auto" without a GPU: say so rather than silently computing in fp32 */
+        fprintf(stderr, "mha: note: train.precision = \"bf16\" needs CUDA (%s); running on the cpu in fp32\n", why);
     *be = mha_cpu_backend(cfg->threads);
     return 0;
 }
@@ -355,12 +358,15 @@ static void print_profile(const Backend *be, const Config *c, double total, doub
     fprintf(stderr, "| data (batching) | %.3f | %.1f%% | | |\n", data_seconds, 100.0 * data_seconds / total);
     fprintf(stderr, "| other (host side) | %.3f | %.1f%% | | |\n", total - op_total - data_seconds,
             100.0 * (total - op_total - data_seconds) / total);
+    /* before the ceiling's own buffers below; parsed by benchmark scripts: keep the format */
+    if (be->peak_bytes) fprintf(stderr, "peak device memory: %.1f MiB\n", be->peak_bytes() / 1048576.0);
     int N = c->batch_size * (c->max_len < 64 ? c->max_len : 64);
     double ceiling = gemm_ceiling(be, N, c->d_model, c->d_ff);
     double achieved = flops / total / 1e9;
-    fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the sgemm "
-            "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, ceiling,
-            N, c->d_model, c->d_ff, be->name);
+    const char *kind = strcmp(be->name, "cuda") == 0 && strcmp(c->precision, "bf16") == 0 ? "bf16 GEMM" : "sgemm";
+    fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the %s "
+            "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, kind,
+            ceiling, N, c->d_model, c->d_ff, be->name);
 }
 
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
@@ -476,7 +482,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
-    fprintf(stderr, "model: %zu parameters, backend %s, attention %s\n", r.model.lay.total, r.be->name,
+    fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s\n", r.model.lay.total, r.be->name,
+            strcmp(r.be->name, "cuda") == 0 && strcmp(cfg->precision, "bf16") == 0 ? " (bf16 mixed precision)" : "",
             d.fused_attention ? "fused" : "math");
 
     char log_path[4300];

@@ -1,6 +1,8 @@
 /* kernels/cuda/backend_cuda.cu: the CUDA backend's table, memory, scratch and errors.
  *
- * mha_cuda_backend() returns NULL with a reason when no device is visible, so a build with
+ * Two tables share everything: fp32, and mixed precision (bf16 products, see gemm_bf16.cu and
+ * attention_flash_bf16.cu). mha_cuda_backend() returns NULL with a reason when no device is
+ * visible (or bf16 is asked of a GPU older than sm_80), so a build with
  * CUDA still runs (and its GPU tests skip) on machines without one. Device failures after
  * that are fatal with file:line and a hint (see cuda_common.h); only alloc() reports out of
  * memory by returning NULL, so the model can print what it tried to allocate.
@@ -217,8 +219,10 @@ void *mha_cu_scratch(int slot, size_t bytes) {
 
 /* ------------------------------------------------------------------ the table */
 
-static Backend g_table;
+static Backend g_table, g_table_bf16;   /* fp32, and mixed precision (bf16 products) */
 static int g_ready = 0;
+
+static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }
 
 static void fill_table(Backend *t) {
     memset(t, 0, sizeof *t);
@@ -252,9 +256,20 @@ static void fill_table(Backend *t) {
     t->adamw = mha_cu_adamw;
     t->sum_squares = mha_cu_sum_squares;
     t->scale = mha_cu_scale;
+    t->peak_bytes = cu_peak_bytes;
 }
 
-extern "C" const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) {
+/* Mixed precision: the same table with the bf16 GEMMs and the bf16 (WMMA) fused attention.
+ * The materialising attention, LayerNorm, softmax, loss and optimizer stay fp32. */
+static void fill_table_bf16(Backend *t) {
+    fill_table(t);
+    t->linear_forward = mha_cu_linear_forward_bf16;
+    t->linear_backward = mha_cu_linear_backward_bf16;
+    t->attention_forward_fused = mha_cu_attention_forward_fused_bf16;
+    t->attention_backward_fused = mha_cu_attention_backward_fused_bf16;
+}
+
+extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t why_len) {
     static std::mutex init_mutex;
     std::lock_guard<std::mutex> lock(init_mutex);
     if (!g_ready) {
@@ -285,11 +300,23 @@ extern "C" const Backend *mha_cuda_backend(int tf32, char *why, size_t why_len) 
         const char *sync = getenv("MHA_CUDA_SYNC");
         g_sync_each_launch = sync && *sync && strcmp(sync, "0") != 0;
         fill_table(&g_table);
+        fill_table_bf16(&g_table_bf16);
         g_ready = 1;
     }
     /* TF32 tensor cores for the GEMMs only when asked: fp32 (bit-for-bit closer to the CPU
      * reference) is the default. */
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    if (bf16) {   /* bf16 tensor cores (WMMA, cublasGemmEx with bf16 inputs) need sm_80 */
+        int dev = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        if (major < 8) {
+            if (why && why_len)
+                snprintf(why, why_len, "train.precision = \"bf16\" needs a GPU of compute "
+                         "capability 8.0 or newer (this one is %d.x); use \"fp32\"", major);
+            return nullptr;
+        }
+    }
     if (why && why_len) why[0] = '\0';
-    return &g_table;
+    return bf16 ? &g_table_bf16 : &g_table;
 }

@@ -22,6 +22,7 @@
 #include "cuda_emu.h"
 #else
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 
 /* mha_launch(kernel, grid, block[, smem])(args...) is kernel<<<grid, block, smem>>>(args...);
@@ -70,6 +71,9 @@ enum {
     MHA_SCRATCH_A = 0,      /* general: partial sums, attention row statistics */
     MHA_SCRATCH_B = 1,      /* general: a second buffer for ops that need two */
     MHA_SCRATCH_ATT = 2,    /* the dropped probabilities of the materialising attention */
+    MHA_SCRATCH_H0 = 3,     /* bf16 copies of GEMM operands (mixed precision, gemm_bf16.cu) */
+    MHA_SCRATCH_H1 = 4,
+    MHA_SCRATCH_H2 = 5,
     MHA_SCRATCH_COUNT
 };
 void *mha_cu_scratch(int slot, size_t bytes);
@@ -88,6 +92,8 @@ void mha_cu_linear_forward(float *out, const float *inp, const float *w, const f
                            int N, int IC, int OC);
 void mha_cu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
+/* out (N, OC) += bias (OC) broadcast over rows. */
+void mha_cu_add_bias(float *out, const float *bias, int N, int OC);
 /* dst[c] += sum over rows n < N of src[n*ld + c], c < C; deterministic order. */
 void mha_cu_column_sums(float *dst, const float *src, int N, int C, int ld);
 /* embed.cu */
@@ -126,6 +132,21 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
                                      const float *qkv, const float *lse, const int32_t *lengths,
                                      int B, int T, int C, int NH, int causal, float p_drop,
                                      uint64_t seed);
+/* gemm_bf16.cu: the linear layer with bf16 operands, fp32 accumulation and fp32 output
+ * (same contract as gemm.cu, including += in backward) */
+void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                                int N, int IC, int OC);
+void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                                 const float *inp, const float *w, int N, int IC, int OC);
+/* attention_flash_bf16.cu: the fused attention with bf16 tensor-core products (WMMA), fp32
+ * softmax statistics and accumulation; same contract as attention_flash.cu */
+void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,
+                                         const int32_t *lengths, int B, int T, int C, int NH,
+                                         int causal, float p_drop, uint64_t seed);
+void mha_cu_attention_backward_fused_bf16(float *dqkv, const float *dout, const float *out,
+                                          const float *qkv, const float *lse,
+                                          const int32_t *lengths, int B, int T, int C, int NH,
+                                          int causal, float p_drop, uint64_t seed);
 /* pool.cu */
 void mha_cu_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,
                          int B, int T, int C, int mode);

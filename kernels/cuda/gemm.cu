@@ -40,6 +40,12 @@ void mha_cu_linear_forward(float *out, const float *inp, const float *w, const f
     }
 }
 
+void mha_cu_add_bias(float *out, const float *bias, int N, int OC) {
+    size_t total = (size_t)N * OC;
+    mha_launch(add_bias_kernel, mha_cu_blocks(total, 256), 256)(out, bias, total, OC);
+    LAUNCH_CHECK();
+}
+
 struct ColumnOf {
     const float *src;
     int ld;

@@ -1,0 +1,648 @@
+/* kernels/cuda/attention_flash_bf16.cu: fused (FlashAttention-style) attention in mixed
+ * precision: the matrix products on bf16 tensor cores (WMMA 16x16x16, fp32 accumulators),
+ * everything else (online softmax, log-sum-exp, dropout, masks, dS) in fp32.
+ *
+ * The same function and interface as attention_flash.cu (the fp32 reference): key padding
+ * from lengths, causal option, attention dropout by the counter RNG, lse saved for a backward
+ * by recomputation, += into dqkv, padded queries/keys cost no work, one writer per output
+ * row (no atomics, deterministic). Only the operands of the products are rounded to bf16:
+ * Q, K, V, dO when a tile is loaded, P (after dropout) and dS before their products.
+ * Heads of size HS <= 128 run on kernels templated on D in {16, 32, 64, 128} (columns HS..D-1
+ * zero-filled in shared memory). Needs sm_80 (bf16 WMMA).
+ *
+ * Work layout: 128 threads = 4 warps; tiles of 64 queries x 64 keys. Warp w owns the 16 rows
+ * 16w..16w+15 of the tile (queries in the forward and dQ kernels, keys in the dK/dV kernel):
+ * its score, probability and output rows in shared memory are touched by that warp only, so
+ * within a tile only __syncwarp() separates its steps; __syncthreads() guards the shared
+ * K/V (or Q/dO) tiles. For the fp32 elementwise steps lane l takes row l/2 of the warp's 16
+ * and the columns of parity l%2 (the two lanes of a row combine by one shuffle).
+ *
+ * Shared-memory tiles (row-major, pitches chosen for WMMA: bf16 pitch a multiple of 8, fp32
+ * pitch a multiple of 4, every fragment pointer 32-byte aligned, every buffer 128-aligned):
+ *   Q, K, V, dO tiles  bf16 (64, D + 8)
+ *   S, dP scores       fp32 (64, 64 + 4)    (WMMA stores, read by the lanes)
+ *   P, dS operands     bf16 (64, 64 + 8)    (written by the lanes, WMMA matrix_a)
+ *   O accumulator      fp32 (64, D + 4)     (forward: rescaled by the lanes, WMMA load/store)
+ *
+ * Forward, one block per (query tile, head, example): S = Q K^T (K read as a col_major
+ * matrix_b), online softmax per row (m, l in fp32), O = O * alpha then O += P V.
+ * dQ kernel, one block per query tile: S = Q K^T, dP = dO V^T, dS = P o (dP Z - Di),
+ *   dQ += dS K (accumulated in fragments across key tiles).
+ * dK/dV kernel, one block per key tile: S^T = K Q^T, dP^T = V dO^T, dV += (P o Z)^T dO,
+ *   dK += dS^T Q (accumulated in fragments across query tiles).
+ * Di = rowsum(bf16(dO) o O) in fp32 (see fb_rowdot_do_o_kernel).
+ *
+ * The host emulation (tests/cuda/emu) provides nvcuda::wmma and bf16 stand-ins, so this file
+ * also runs there (every thread holding whole fragments: logic, masks and layouts only).
+ */
+#include "kernels/cuda/cuda_common.h"
+#include "kernels/rng.h"
+
+#ifndef MHA_CUDA_EMU
+#include <mma.h>
+#endif
+
+#include <cmath>
+#include <cstdio>
+
+namespace wmma = nvcuda::wmma;
+typedef __nv_bfloat16 fb_bf16;
+
+#define FB_WARPS 4
+#define FB_THREADS (32 * FB_WARPS)
+#define FB_TILE 64                      /* queries and keys per tile: 16 rows per warp */
+#define FB_ROUND(bytes) (((bytes) + 127) / 128 * 128)
+
+using FbFragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, fb_bf16, wmma::row_major>;
+using FbFragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, fb_bf16, wmma::row_major>;
+using FbFragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, fb_bf16, wmma::col_major>;
+using FbFragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/* Element type of the dynamic shared memory: 128-byte alignment for the WMMA pointers. */
+struct alignas(128) FbSmemChunk {
+    unsigned char bytes[128];
+};
+
+/* Pitches (in elements) shared by the three kernels. */
+template <int D>
+struct FbPitch {
+    static constexpr int H = D + 8;            /* bf16 Q/K/V/dO tiles */
+    static constexpr int S = FB_TILE + 4;      /* fp32 score tiles */
+    static constexpr int P = FB_TILE + 8;      /* bf16 P / dS tiles */
+    static constexpr int O = D + 4;            /* fp32 output accumulator / staging */
+    static constexpr size_t tile_h = FB_ROUND((size_t)FB_TILE * H * 2);
+    static constexpr size_t tile_s = FB_ROUND((size_t)FB_TILE * S * 4);
+    static constexpr size_t tile_p = FB_ROUND((size_t)FB_TILE * P * 2);
+    static constexpr size_t tile_o = FB_ROUND((size_t)FB_TILE * O * 4);
+    static_assert(H % 8 == 0 && P % 8 == 0 && S % 4 == 0 && O % 4 == 0, "WMMA ldm");
+    static_assert((16 * H * 2) % 32 == 0 && (16 * P * 2) % 32 == 0 && (16 * S * 4) % 32 == 0 &&
+                  (16 * O * 4) % 32 == 0, "16-row steps keep fragment pointers 32-byte aligned");
+    /* the fp32 (64, D + 4) staging of the backward results fits over the two score tiles */
+    static_assert(tile_o <= 2 * tile_s, "staging fits over S and dP");
+};
+
+/* Rows [row0, row0 + R) of one head's slice (columns 0..hs-1, row stride `stride`) rounded to
+ * bf16 into an R x D tile of pitch LDH; rows >= nrows and columns >= hs are zeros. */
+template <int R, int D, int LDH>
+__device__ __forceinline__ void fb_load_tile(fb_bf16 *__restrict__ s, const float *__restrict__ g,
+                                             size_t stride, int row0, int nrows, int hs) {
+    for (int idx = threadIdx.x; idx < R * D; idx += FB_THREADS) {
+        int r = idx / D, d = idx % D;
+        int i = row0 + r;
+        s[r * LDH + d] = __float2bfloat16_rn((i < nrows && d < hs) ? g[(size_t)i * stride + d] : 0.0f);
+    }
+}
+
+__device__ __forceinline__ int fb_len(const int32_t *lengths, int b, int T) {
+    int len = lengths[b];
+    return len < 0 ? 0 : (len > T ? T : len);
+}
+
+struct FbArgs {
+    int T, C, NH, hs, causal;
+    float scale, p_drop, inv_keep;
+    uint64_t seed;
+};
+
+/* ------------------------------------------------------------------ forward */
+
+template <int D>
+struct FbFwdCfg {
+    using Pi = FbPitch<D>;
+    static constexpr size_t oQ = 0, oK = oQ + Pi::tile_h, oV = oK + Pi::tile_h, oS = oV + Pi::tile_h,
+                            oP = oS + Pi::tile_s, oO = oP + Pi::tile_p, bytes = oO + Pi::tile_o;
+};
+
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS)
+fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
+                  const int32_t *__restrict__ lengths, FbArgs a) {
+    using Cfg = FbFwdCfg<D>;
+    using Pi = FbPitch<D>;
+    constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
+    constexpr int DK = D / 16, NK = FB_TILE / 16, HALF = FB_TILE / 2;
+    MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
+    unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
+    fb_bf16 *sQ = reinterpret_cast<fb_bf16 *>(base + Cfg::oQ);   /* (64, D+8) */
+    fb_bf16 *sK = reinterpret_cast<fb_bf16 *>(base + Cfg::oK);   /* (64, D+8) */
+    fb_bf16 *sV = reinterpret_cast<fb_bf16 *>(base + Cfg::oV);   /* (64, D+8) */
+    float *sS = reinterpret_cast<float *>(base + Cfg::oS);       /* (64, 68) */
+    fb_bf16 *sP = reinterpret_cast<fb_bf16 *>(base + Cfg::oP);   /* (64, 72) */
+    float *sO = reinterpret_cast<float *>(base + Cfg::oO);       /* (64, D+4) */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
+    const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
+    const int len = fb_len(lengths, b, T);
+    const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    float *ob = out + (size_t)b * T * C + (size_t)h * hs;
+    float *lb = lse + ((size_t)b * a.NH + h) * T;
+
+    if (q0 >= len) {   /* all padding: zeros */
+        for (int idx = threadIdx.x; idx < FB_TILE * hs; idx += FB_THREADS) {
+            int r = idx / hs, d = idx % hs;
+            if (q0 + r < T) ob[(size_t)(q0 + r) * C + d] = 0.0f;
+        }
+        for (int r = threadIdx.x; r < FB_TILE; r += FB_THREADS)
+            if (q0 + r < T) lb[q0 + r] = 0.0f;
+        return;
+    }
+
+    const int wr = warp * 16;                       /* the warp's first row in the tile */
+    const int row = wr + (lane >> 1), lc = lane & 1; /* the lane's row, its column parity */
+    const int i = q0 + row;
+    float *sSw = sS + wr * LDS, *sOw = sO + wr * LDO;
+    fb_bf16 *sPw = sP + wr * LDP;
+
+    fb_load_tile<FB_TILE, D, LDH>(sQ, qb, C3, q0, len, hs);
+    for (int d = lc; d < D; d += 2) sO[row * LDO + d] = 0.0f;
+    __syncthreads();
+    FbFragA qa[DK];
+#pragma unroll
+    for (int kk = 0; kk < DK; kk++) wmma::load_matrix_sync(qa[kk], sQ + wr * LDH + kk * 16, LDH);
+
+    float m = -INFINITY, l = 0.0f;
+    const uint64_t bh = (uint64_t)b * a.NH + h;
+    const int kv_end = a.causal ? min(len, q0 + FB_TILE) : len;
+
+    for (int j0 = 0; j0 < kv_end; j0 += FB_TILE) {
+        __syncthreads();   /* every warp is done with the previous K, V */
+        fb_load_tile<FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
+        fb_load_tile<FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+        __syncthreads();
+
+        /* S (16 x 64 per warp) = Q K^T; K (key, d) read as the col_major (d, key) matrix_b */
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            FbFragC sc;
+            wmma::fill_fragment(sc, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++) {
+                FbFragBCol kb;
+                wmma::load_matrix_sync(kb, sK + n * 16 * LDH + kk * 16, LDH);
+                wmma::mma_sync(sc, qa[kk], kb, sc);
+            }
+            wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        /* online softmax in fp32 on the lane's half row (columns lc, lc + 2, ...) */
+        float s[HALF];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < HALF; t++) {
+            const int c = lc + 2 * t, j = j0 + c;
+            const bool ok = j < len && (!a.causal || j <= i);
+            s[t] = ok ? sS[row * LDS + c] * a.scale : -INFINITY;
+            mx = fmaxf(mx, s[t]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mnew = fmaxf(m, mx);
+        float alpha = 1.0f, sum = 0.0f;
+        if (mnew != -INFINITY) {
+            alpha = expf(m - mnew);   /* m = -inf -> 0 */
+#pragma unroll
+            for (int t = 0; t < HALF; t++) {
+                float p = expf(s[t] - mnew);   /* masked: exp(-inf) = 0 */
+                s[t] = p;
+                sum += p;
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < HALF; t++) s[t] = 0.0f;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l = l * alpha + sum;
+        m = mnew;
+#pragma unroll
+        for (int t = 0; t < HALF; t++) {
+            float p = s[t];
+            const int c = lc + 2 * t;
+            if (a.p_drop > 0.0f && p != 0.0f) {
+                const int j = j0 + c;
+                p = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? p * a.inv_keep : 0.0f;
+            }
+            sP[row * LDP + c] = __float2bfloat16_rn(p);
+        }
+        for (int d = lc; d < D; d += 2) sO[row * LDO + d] *= alpha;
+        __syncwarp();
+
+        /* O (16 x D per warp) += P V; V (key, d) is the row_major matrix_b */
+#pragma unroll
+        for (int n = 0; n < DK; n++) {
+            FbFragC oc;
+            wmma::load_matrix_sync(oc, sOw + n * 16, LDO, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < NK; kk++) {
+                FbFragA pa;
+                FbFragBRow vb;
+                wmma::load_matrix_sync(pa, sPw + kk * 16, LDP);
+                wmma::load_matrix_sync(vb, sV + kk * 16 * LDH + n * 16, LDH);
+                wmma::mma_sync(oc, pa, vb, oc);
+            }
+            wmma::store_matrix_sync(sOw + n * 16, oc, LDO, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+
+    if (i < T) {
+        const bool valid = i < len && l > 0.0f;
+        const float inv = valid ? 1.0f / l : 0.0f;
+        for (int d = lc; d < hs; d += 2) ob[(size_t)i * C + d] = valid ? sO[row * LDO + d] * inv : 0.0f;
+        if (lc == 0) lb[i] = valid ? m + logf(l) : 0.0f;
+    }
+}
+
+/* ------------------------------------------------------------------ backward: Di */
+
+/* Di = sum_d bf16(dO[b,i,h,d]) * O[b,i,h,d] for i < len, 0 for padding; one warp per (b, h, i).
+ * dO rounded as in the dP = dO V^T product, so that dP - Di cancels as exactly as it can:
+ * for a query with a single key dS = P (dP - Di) is then 0 up to summation order, where an
+ * fp32 Di would leave the bf16 rounding of dO as noise of the size of the gradient itself. */
+__global__ void fb_rowdot_do_o_kernel(float *__restrict__ Di, const float *__restrict__ dout,
+                                      const float *__restrict__ out,
+                                      const int32_t *__restrict__ lengths, int T, int C, int NH,
+                                      int hs, size_t rows) {
+    const int lane = threadIdx.x & 31;
+    size_t r = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= rows) return;
+    const int i = (int)(r % T);
+    const int h = (int)((r / T) % NH);
+    const int b = (int)(r / ((size_t)T * NH));
+    float s = 0.0f;
+    if (i < fb_len(lengths, b, T)) {
+        const size_t base = ((size_t)b * T + i) * C + (size_t)h * hs;
+        for (int d = lane; d < hs; d += 32)
+            s += __bfloat162float(__float2bfloat16_rn(dout[base + d])) * out[base + d];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) Di[r] = s;
+}
+
+/* ------------------------------------------------------------------ backward: dQ */
+
+template <int D>
+struct FbDqCfg {
+    using Pi = FbPitch<D>;
+    static constexpr size_t oQ = 0, odO = oQ + Pi::tile_h, oK = odO + Pi::tile_h, oV = oK + Pi::tile_h,
+                            oS = oV + Pi::tile_h, oDP = oS + Pi::tile_s, odS = oDP + Pi::tile_s,
+                            bytes = odS + Pi::tile_p;
+};
+
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS)
+fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                      const float *__restrict__ qkv, const float *__restrict__ lse,
+                      const float *__restrict__ Di, const int32_t *__restrict__ lengths, FbArgs a) {
+    using Cfg = FbDqCfg<D>;
+    using Pi = FbPitch<D>;
+    constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
+    constexpr int DK = D / 16, NK = FB_TILE / 16, HALF = FB_TILE / 2;
+    MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
+    unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
+    fb_bf16 *sQ = reinterpret_cast<fb_bf16 *>(base + Cfg::oQ);    /* (64, D+8) queries */
+    fb_bf16 *sdO = reinterpret_cast<fb_bf16 *>(base + Cfg::odO);  /* (64, D+8) */
+    fb_bf16 *sK = reinterpret_cast<fb_bf16 *>(base + Cfg::oK);    /* (64, D+8) keys */
+    fb_bf16 *sV = reinterpret_cast<fb_bf16 *>(base + Cfg::oV);    /* (64, D+8) */
+    float *sS = reinterpret_cast<float *>(base + Cfg::oS);        /* (64, 68) */
+    float *sDP = reinterpret_cast<float *>(base + Cfg::oDP);      /* (64, 68) */
+    fb_bf16 *sdS = reinterpret_cast<fb_bf16 *>(base + Cfg::odS);  /* (64, 72) */
+    float *sStage = sS;                                           /* (64, D+4) after the loop */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
+    const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
+    const int len = fb_len(lengths, b, T);
+    if (q0 >= len) return;   /* padded queries: no gradient */
+    const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
+    const uint64_t bh = (uint64_t)b * a.NH + h;
+
+    const int wr = warp * 16;
+    const int row = wr + (lane >> 1), lc = lane & 1;
+    const int i = q0 + row;
+    float *sSw = sS + wr * LDS, *sDPw = sDP + wr * LDS;
+    fb_bf16 *sdSw = sdS + wr * LDP;
+    const float row_lse = i < len ? lse[bh * T + i] : 0.0f;
+    const float row_D = i < len ? Di[bh * T + i] : 0.0f;
+
+    fb_load_tile<FB_TILE, D, LDH>(sQ, qb, C3, q0, len, hs);
+    fb_load_tile<FB_TILE, D, LDH>(sdO, dob, C, q0, len, hs);
+    FbFragC dq[DK];
+#pragma unroll
+    for (int n = 0; n < DK; n++) wmma::fill_fragment(dq[n], 0.0f);
+
+    const int kv_end = a.causal ? min(len, q0 + FB_TILE) : len;
+    for (int j0 = 0; j0 < kv_end; j0 += FB_TILE) {
+        __syncthreads();
+        fb_load_tile<FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
+        fb_load_tile<FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+        __syncthreads();
+
+        /* S = Q K^T and dP = dO V^T (16 x 64 per warp) */
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            FbFragC sc, pc;
+            wmma::fill_fragment(sc, 0.0f);
+            wmma::fill_fragment(pc, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++) {
+                FbFragA xa;
+                FbFragBCol yb;
+                wmma::load_matrix_sync(xa, sQ + wr * LDH + kk * 16, LDH);
+                wmma::load_matrix_sync(yb, sK + n * 16 * LDH + kk * 16, LDH);
+                wmma::mma_sync(sc, xa, yb, sc);
+                wmma::load_matrix_sync(xa, sdO + wr * LDH + kk * 16, LDH);
+                wmma::load_matrix_sync(yb, sV + n * 16 * LDH + kk * 16, LDH);
+                wmma::mma_sync(pc, xa, yb, pc);
+            }
+            wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(sDPw + n * 16, pc, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        /* dS = P o (dP Z - Di) in fp32, rounded to bf16 for the product */
+#pragma unroll 4
+        for (int t = 0; t < HALF; t++) {
+            const int c = lc + 2 * t, j = j0 + c;
+            const bool ok = i < len && j < len && (!a.causal || j <= i);
+            float ds = 0.0f;
+            if (ok) {
+                const float p = expf(sS[row * LDS + c] * a.scale - row_lse);
+                float g = sDP[row * LDS + c];
+                if (a.p_drop > 0.0f)
+                    g = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? g * a.inv_keep : 0.0f;
+                ds = p * (g - row_D);
+            }
+            sdS[row * LDP + c] = __float2bfloat16_rn(ds);
+        }
+        __syncwarp();
+
+        /* dQ (16 x D per warp) += dS K; K (key, d) is the row_major matrix_b */
+#pragma unroll
+        for (int n = 0; n < DK; n++)
+#pragma unroll
+            for (int kk = 0; kk < NK; kk++) {
+                FbFragA da;
+                FbFragBRow kb;
+                wmma::load_matrix_sync(da, sdSw + kk * 16, LDP);
+                wmma::load_matrix_sync(kb, sK + kk * 16 * LDH + n * 16, LDH);
+                wmma::mma_sync(dq[n], da, kb, dq[n]);
+            }
+    }
+
+    __syncthreads();   /* the staging covers other warps' S and dP rows */
+#pragma unroll
+    for (int n = 0; n < DK; n++)
+        wmma::store_matrix_sync(sStage + wr * LDO + n * 16, dq[n], LDO, wmma::mem_row_major);
+    __syncwarp();
+    float *dqb = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+    if (i < len)
+        for (int d = lc; d < hs; d += 2) dqb[(size_t)i * C3 + d] += a.scale * sStage[row * LDO + d];
+}
+
+/* ------------------------------------------------------------------ backward: dK, dV */
+
+template <int D>
+struct FbDkvCfg {
+    using Pi = FbPitch<D>;
+    static constexpr size_t oK = 0, oV = oK + Pi::tile_h, oQ = oV + Pi::tile_h, odO = oQ + Pi::tile_h,
+                            oS = odO + Pi::tile_h, oDP = oS + Pi::tile_s, oPZ = oDP + Pi::tile_s,
+                            odS = oPZ + Pi::tile_p, oL = odS + Pi::tile_p,
+                            oDi = oL + FB_ROUND(FB_TILE * 4), bytes = oDi + FB_ROUND(FB_TILE * 4);
+};
+
+/* Rows of the warp tiles are keys, columns queries. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS)
+fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                        const float *__restrict__ qkv, const float *__restrict__ lse,
+                        const float *__restrict__ Di, const int32_t *__restrict__ lengths, FbArgs a) {
+    using Cfg = FbDkvCfg<D>;
+    using Pi = FbPitch<D>;
+    constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
+    constexpr int DK = D / 16, NQ = FB_TILE / 16, HALF = FB_TILE / 2;
+    MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
+    unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
+    fb_bf16 *sK = reinterpret_cast<fb_bf16 *>(base + Cfg::oK);    /* (64, D+8) keys */
+    fb_bf16 *sV = reinterpret_cast<fb_bf16 *>(base + Cfg::oV);    /* (64, D+8) */
+    fb_bf16 *sQ = reinterpret_cast<fb_bf16 *>(base + Cfg::oQ);    /* (64, D+8) queries */
+    fb_bf16 *sdO = reinterpret_cast<fb_bf16 *>(base + Cfg::odO);  /* (64, D+8) */
+    float *sS = reinterpret_cast<float *>(base + Cfg::oS);        /* (64 keys, 68) S^T */
+    float *sDP = reinterpret_cast<float *>(base + Cfg::oDP);      /* (64 keys, 68) dP^T */
+    fb_bf16 *sPZ = reinterpret_cast<fb_bf16 *>(base + Cfg::oPZ);  /* (64 keys, 72) (P o Z)^T */
+    fb_bf16 *sdS = reinterpret_cast<fb_bf16 *>(base + Cfg::odS);  /* (64 keys, 72) dS^T */
+    float *sL = reinterpret_cast<float *>(base + Cfg::oL);        /* (64) lse of the queries */
+    float *sDi = reinterpret_cast<float *>(base + Cfg::oDi);      /* (64) Di of the queries */
+    float *sStage = sS;                                           /* (64, D+4) after the loop */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
+    const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
+    const int len = fb_len(lengths, b, T);
+    if (j0 >= len) return;   /* padded keys: no gradient */
+    const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
+    const uint64_t bh = (uint64_t)b * a.NH + h;
+    const float *lb = lse + bh * T;
+    const float *db = Di + bh * T;
+
+    const int wr = warp * 16;
+    const int row = wr + (lane >> 1), lc = lane & 1;
+    const int j = j0 + row;   /* the lane's key */
+    float *sSw = sS + wr * LDS, *sDPw = sDP + wr * LDS;
+    fb_bf16 *sPZw = sPZ + wr * LDP, *sdSw = sdS + wr * LDP;
+
+    fb_load_tile<FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
+    fb_load_tile<FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+    FbFragC dk[DK], dv[DK];
+#pragma unroll
+    for (int n = 0; n < DK; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
+    }
+
+    const int i_start = a.causal ? j0 : 0;   /* j0 is a multiple of the query tile */
+    for (int i0 = i_start; i0 < len; i0 += FB_TILE) {
+        __syncthreads();
+        fb_load_tile<FB_TILE, D, LDH>(sQ, qb, C3, i0, len, hs);
+        fb_load_tile<FB_TILE, D, LDH>(sdO, dob, C, i0, len, hs);
+        for (int r = threadIdx.x; r < FB_TILE; r += FB_THREADS) {
+            const int ii = i0 + r;
+            sL[r] = ii < len ? lb[ii] : 0.0f;
+            sDi[r] = ii < len ? db[ii] : 0.0f;
+        }
+        __syncthreads();
+
+        /* S^T = K Q^T and dP^T = V dO^T (16 keys x 64 queries per warp) */
+#pragma unroll
+        for (int n = 0; n < NQ; n++) {
+            FbFragC sc, pc;
+            wmma::fill_fragment(sc, 0.0f);
+            wmma::fill_fragment(pc, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++) {
+                FbFragA xa;
+                FbFragBCol yb;
+                wmma::load_matrix_sync(xa, sK + wr * LDH + kk * 16, LDH);
+                wmma::load_matrix_sync(yb, sQ + n * 16 * LDH + kk * 16, LDH);
+                wmma::mma_sync(sc, xa, yb, sc);
+                wmma::load_matrix_sync(xa, sV + wr * LDH + kk * 16, LDH);
+                wmma::load_matrix_sync(yb, sdO + n * 16 * LDH + kk * 16, LDH);
+                wmma::mma_sync(pc, xa, yb, pc);
+            }
+            wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(sDPw + n * 16, pc, LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        /* P o Z and dS = P o (dP Z - Di) in fp32, rounded to bf16 for the products */
+#pragma unroll 4
+        for (int t = 0; t < HALF; t++) {
+            const int c = lc + 2 * t, ii = i0 + c;
+            const bool ok = ii < len && j < len && (!a.causal || j <= ii);
+            float pz = 0.0f, ds = 0.0f;
+            if (ok) {
+                const float p = expf(sS[row * LDS + c] * a.scale - sL[c]);
+                float z = 1.0f;
+                if (a.p_drop > 0.0f)
+                    z = mha_rng_uniform(a.seed, (bh * T + ii) * T + j) >= a.p_drop ? a.inv_keep : 0.0f;
+                pz = p * z;
+                ds = p * (sDP[row * LDS + c] * z - sDi[c]);
+            }
+            sPZ[row * LDP + c] = __float2bfloat16_rn(pz);
+            sdS[row * LDP + c] = __float2bfloat16_rn(ds);
+        }
+        __syncwarp();
+
+        /* dV += (P o Z)^T dO and dK += dS^T Q (16 keys x D per warp); dO, Q (query, d) row_major */
+#pragma unroll
+        for (int n = 0; n < DK; n++)
+#pragma unroll
+            for (int kk = 0; kk < NQ; kk++) {
+                FbFragA xa;
+                FbFragBRow yb;
+                wmma::load_matrix_sync(xa, sPZw + kk * 16, LDP);
+                wmma::load_matrix_sync(yb, sdO + kk * 16 * LDH + n * 16, LDH);
+                wmma::mma_sync(dv[n], xa, yb, dv[n]);
+                wmma::load_matrix_sync(xa, sdSw + kk * 16, LDP);
+                wmma::load_matrix_sync(yb, sQ + kk * 16 * LDH + n * 16, LDH);
+                wmma::mma_sync(dk[n], xa, yb, dk[n]);
+            }
+    }
+
+    __syncthreads();   /* the staging covers other warps' S and dP rows */
+    float *dkb = dqkv + (size_t)b * T * C3 + C + (size_t)h * hs;
+    float *dvb = dkb + C;
+#pragma unroll
+    for (int n = 0; n < DK; n++)
+        wmma::store_matrix_sync(sStage + wr * LDO + n * 16, dk[n], LDO, wmma::mem_row_major);
+    __syncwarp();
+    if (j < len)
+        for (int d = lc; d < hs; d += 2) dkb[(size_t)j * C3 + d] += a.scale * sStage[row * LDO + d];
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < DK; n++)
+        wmma::store_matrix_sync(sStage + wr * LDO + n * 16, dv[n], LDO, wmma::mem_row_major);
+    __syncwarp();
+    if (j < len)
+        for (int d = lc; d < hs; d += 2) dvb[(size_t)j * C3 + d] += sStage[row * LDO + d];
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static int fb_smem_optin(void) {
+    static int optin = -1;
+    if (optin < 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return optin;
+}
+
+template <class Kernel>
+static void fb_prepare(Kernel kernel, size_t smem_bytes, bool *done) {
+    if (*done) return;
+    if (smem_bytes > (size_t)fb_smem_optin()) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "bf16 fused attention needs %zu bytes of shared memory per block, "
+                 "this GPU allows %d: use the materialising attention", smem_bytes, fb_smem_optin());
+        mha_cu_fail_msg(msg, __FILE__, __LINE__);
+    }
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+    *done = true;
+}
+
+template <int D>
+static void fb_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
+                              int B, const FbArgs &a) {
+    static bool ready = false;
+    const size_t smem = FbFwdCfg<D>::bytes;
+    fb_prepare(fb_forward_kernel<D>, smem, &ready);
+    dim3 grid((a.T + FB_TILE - 1) / FB_TILE, a.NH, B);
+    mha_launch(fb_forward_kernel<D>, grid, FB_THREADS, smem)(out, lse, qkv, lengths, a);
+    LAUNCH_CHECK();
+}
+
+template <int D>
+static void fb_backward_launch(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                               const float *Di, const int32_t *lengths, int B, const FbArgs &a) {
+    static bool ready_dq = false, ready_dkv = false;
+    const size_t smem_dq = FbDqCfg<D>::bytes, smem_dkv = FbDkvCfg<D>::bytes;
+    fb_prepare(fb_backward_dq_kernel<D>, smem_dq, &ready_dq);
+    fb_prepare(fb_backward_dkdv_kernel<D>, smem_dkv, &ready_dkv);
+    dim3 grid((a.T + FB_TILE - 1) / FB_TILE, a.NH, B);
+    mha_launch(fb_backward_dq_kernel<D>, grid, FB_THREADS, smem_dq)(dqkv, dout, qkv, lse, Di, lengths, a);
+    LAUNCH_CHECK();
+    mha_launch(fb_backward_dkdv_kernel<D>, grid, FB_THREADS, smem_dkv)(dqkv, dout, qkv, lse, Di, lengths, a);
+    LAUNCH_CHECK();
+}
+
+static FbArgs fb_args(int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed) {
+    MHA_CU_REQUIRE(B <= 65535, "fused attention: batch larger than 65535");
+    MHA_CU_REQUIRE(NH > 0 && C % NH == 0, "attention: C must be a multiple of NH");
+    FbArgs a;
+    a.T = T;
+    a.C = C;
+    a.NH = NH;
+    a.hs = C / NH;
+    a.causal = causal ? 1 : 0;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    a.p_drop = p_drop > 0.0f ? p_drop : 0.0f;
+    a.inv_keep = p_drop < 1.0f ? 1.0f / (1.0f - a.p_drop) : 0.0f;
+    a.seed = seed;
+    MHA_CU_REQUIRE(a.hs <= 128, "fused attention supports head sizes up to 128 (C / NH); use the "
+                   "materialising attention for larger heads");
+    MHA_CU_REQUIRE(NH <= 65535, "fused attention: too many heads");
+    return a;
+}
+
+void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,
+                                         const int32_t *lengths, int B, int T, int C, int NH,
+                                         int causal, float p_drop, uint64_t seed) {
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    FbArgs a = fb_args(B, T, C, NH, causal, p_drop, seed);
+    if (a.hs <= 16) fb_forward_launch<16>(out, lse, qkv, lengths, B, a);
+    else if (a.hs <= 32) fb_forward_launch<32>(out, lse, qkv, lengths, B, a);
+    else if (a.hs <= 64) fb_forward_launch<64>(out, lse, qkv, lengths, B, a);
+    else fb_forward_launch<128>(out, lse, qkv, lengths, B, a);
+}
+
+void mha_cu_attention_backward_fused_bf16(float *dqkv, const float *dout, const float *out,
+                                          const float *qkv, const float *lse,
+                                          const int32_t *lengths, int B, int T, int C, int NH,
+                                          int causal, float p_drop, uint64_t seed) {
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    FbArgs a = fb_args(B, T, C, NH, causal, p_drop, seed);
+    const size_t rows = (size_t)B * NH * T;
+    float *Di = (float *)mha_cu_scratch(MHA_SCRATCH_A, rows * sizeof(float));   /* (B, NH, T) */
+    mha_launch(fb_rowdot_do_o_kernel, (unsigned int)((rows + 7) / 8), 256)(Di, dout, out, lengths, T, C,
+                                                                   NH, a.hs, rows);
+    LAUNCH_CHECK();
+    if (a.hs <= 16) fb_backward_launch<16>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    else if (a.hs <= 32) fb_backward_launch<32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    else if (a.hs <= 64) fb_backward_launch<64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    else fb_backward_launch<128>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+}
