@@ -1,21 +1,26 @@
-/* tests/cuda/bench_attention.cu: times our attention (fused and materialising, fp32) the way
+/* tests/cuda/bench_attention.cu: times our attention (fused fp32 or bf16, materialising fp32) the way
  * scripts/bench-attention-gpu.py times PyTorch's SDPA, and dumps small cases for that script
  * to check against a float64 reference.
  *
  *   bench_attention [--tokens 32768] [--hs 64] [--nh 8] [--T 128,512,2048,8192] [--causal 0|1]
- *                   [--no-math] [--dump FILE] [--budget-ms 400]
+ *                   [--dtype fp32,bf16] [--no-math] [--dump FILE] [--budget-ms 400]
+ *
+ * --dtype (default fp32): fp32 runs the fp32 fused kernel (and the materialising path);
+ * bf16 runs the mixed-precision fused kernel (train.precision = "bf16": bf16 WMMA products,
+ * fp32 softmax; inputs and outputs fp32 as in training). The materialising path is fp32 only.
  *
  * Per T: B = tokens / T examples, lengths[b] = T/2 + floor(u * (T - T/2 + 1)) with
  * u = mha_rng_uniform(7, b) (the Python side computes the same lengths). FLOPs count real
  * tokens only: forward 4 * L^2 * HS per (example, head) (L(L+1)/2 instead of L^2 when causal),
  * backward 2.5x forward (FlashAttention's convention), so fwd+bwd = 3.5x forward.
  * Prints one line per (impl, T):
- *   RESULT impl=mha-fused dtype=fp32 T=.. B=.. NH=.. HS=.. causal=.. real_tokens=..
+ *   RESULT impl=mha-fused dtype=fp32|bf16 T=.. B=.. NH=.. HS=.. causal=.. real_tokens=..
  *          fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
  * Exits 77 when no CUDA device is visible.
  */
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +37,8 @@ extern "C" {
     fprintf(stderr, "bench_attention: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
             cudaGetErrorString(e_)); exit(1); } } while (0)
 
-static const Backend *be;
+static const Backend *be;     /* fp32: memory, the dump, the materialising path */
+static const Backend *be16;   /* mixed precision (--dtype bf16) */
 
 __global__ void fill_kernel(float *x, size_t n, uint64_t seed, float lo, float hi) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -159,11 +165,11 @@ static int write_dump(const char *path) {
 
 /* ---- benchmark ---- */
 
-static void report(const char *impl, int T, int B, int NH, int HS, int causal, long long real,
+static void report(const char *impl, const char *dtype, int T, int B, int NH, int HS, int causal, long long real,
                    double flops_fwd, double fwd_ms, double fb_ms, double peak_mib) {
-    printf("RESULT impl=%s dtype=fp32 T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
+    printf("RESULT impl=%s dtype=%s T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
            "fwd_ms=%.4f fwd_tflops=%.2f fwdbwd_ms=%.4f fwdbwd_tflops=%.2f peak_mib=%.1f\n",
-           impl, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
+           impl, dtype, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
            3.5 * flops_fwd / (fb_ms * 1e9), peak_mib);
     fflush(stdout);
 }
@@ -172,7 +178,7 @@ int main(int argc, char **argv) {
     long long tokens = 32768;
     int HS = 64, NH = 8, causal = 0, do_math = 1;
     double budget = 400;
-    std::string Ts = "128,512,2048,8192";
+    std::string Ts = "128,512,2048,8192", dtypes = "fp32";
     const char *dump = nullptr;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -188,21 +194,40 @@ int main(int argc, char **argv) {
         else if (a == "--nh") NH = atoi(next());
         else if (a == "--T") Ts = next();
         else if (a == "--causal") causal = atoi(next());
+        else if (a == "--dtype") dtypes = next();
         else if (a == "--no-math") do_math = 0;
         else if (a == "--dump") dump = next();
         else if (a == "--budget-ms") budget = atof(next());
         else {
             fprintf(stderr, "usage: bench_attention [--tokens N] [--hs HS] [--nh NH] [--T 128,512] "
-                            "[--causal 0|1] [--no-math] [--dump FILE] [--budget-ms MS]\n");
+                            "[--causal 0|1] [--dtype fp32,bf16] [--no-math] [--dump FILE] "
+                            "[--budget-ms MS]\n");
             return 2;
         }
     }
     char why[256];
-    be = mha_cuda_backend(0, why, sizeof why);
+    be = mha_cuda_backend(0, 0, why, sizeof why);
     if (!be) {
         printf("SKIP: %s\n", why);
         return 77;
     }
+    std::vector<std::string> dlist;
+    for (size_t p = 0; p < dtypes.size();) {
+        size_t q = dtypes.find(',', p);
+        if (q == std::string::npos) q = dtypes.size();
+        std::string d = dtypes.substr(p, q - p);
+        if (d != "fp32" && d != "bf16") {
+            fprintf(stderr, "bench_attention: --dtype %s: expected fp32 and/or bf16\n", d.c_str());
+            return 2;
+        }
+        dlist.push_back(d);
+        p = q + 1;
+    }
+    for (const std::string &d : dlist)
+        if (d == "bf16" && !(be16 = mha_cuda_backend(0, 1, why, sizeof why))) {
+            printf("SKIP: %s\n", why);
+            return 77;
+        }
     char desc[256];
     mha_cuda_describe(desc, sizeof desc);
     printf("device: %s\n", desc);
@@ -239,17 +264,22 @@ int main(int argc, char **argv) {
         fill(qkv, nqkv, 1, -1.5f, 1.5f);
         fill(dout, nout, 2, -1.0f, 1.0f);
         be->zero(dqkv, nqkv * 4);
-        double f_ms = time_ms([&] {
-            be->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-        }, budget);
-        double fb_ms = time_ms([&] {
-            be->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-            be->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
-        }, budget);
-        report("mha-fused", T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
-               (mha_cuda_peak_bytes() - base) / 1048576.0);
+        for (const std::string &d : dlist) {
+            const Backend *fb = d == "bf16" ? be16 : be;
+            mha_cuda_reset_peak();
+            double f_ms = time_ms([&] {
+                fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            }, budget);
+            double fb_ms = time_ms([&] {
+                fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+                fb->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
+            }, budget);
+            report("mha-fused", d.c_str(), T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
+                   (mha_cuda_peak_bytes() - base) / 1048576.0);
+        }
 
-        if (do_math) {
+        const bool fp32_listed = std::find(dlist.begin(), dlist.end(), "fp32") != dlist.end();
+        if (do_math && fp32_listed) {
             const size_t natt = (size_t)B * NH * T * T;
             size_t free_b = 0, total_b = 0;
             CK(cudaMemGetInfo(&free_b, &total_b));
@@ -266,7 +296,7 @@ int main(int argc, char **argv) {
                     be->attention_backward_math(dqkv, datt, dout, qkv, att, dlen, B, T, C, NH, causal,
                                                 0.0f, 0);
                 }, budget);
-                report("mha-math", T, B, NH, HS, causal, real, flops, mf, mfb,
+                report("mha-math", "fp32", T, B, NH, HS, causal, real, flops, mf, mfb,
                        (mha_cuda_peak_bytes() - base) / 1048576.0);
                 be->free(att);
                 be->free(datt);

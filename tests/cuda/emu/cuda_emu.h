@@ -80,7 +80,7 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice = 3,
     cudaMemcpyDefault = 4
 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 typedef struct CUstream_st *cudaStream_t;
 struct cudaDeviceProp {
@@ -191,6 +191,10 @@ inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    if (a == cudaDevAttrComputeCapabilityMajor) {
+        *v = 9;
+        return cudaSuccess;
+    }
     if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
     *v = mha_emu::kOptinLimit;
     return cudaSuccess;
@@ -279,6 +283,10 @@ inline T __shfl_xor_sync(unsigned int, T v, int lane_mask) {
     return r;
 }
 
+/* The warp-level barrier as a block-wide one: the backend calls it only where every thread of
+ * the block reaches it (block-uniform code), so this is at least as strong. */
+inline void __syncwarp(unsigned int = 0xffffffffu) { __syncthreads(); }
+
 #define MHA_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(mha_emu::dyn_smem)
 
 template <class... P>
@@ -316,7 +324,7 @@ struct MhaEmuLauncher {
                 for (unsigned int x = 0; x < grid.x; x++) {
                     void *sm = nullptr;
                     if (smem) {
-                        sm = aligned_alloc(16, (smem + 15) / 16 * 16);
+                        sm = aligned_alloc(128, (smem + 127) / 128 * 128);
                         memset(sm, 0xff, smem);   /* NaN: reading unwritten shared memory shows */
                     }
                     mha_emu::dyn_smem = sm;
@@ -399,5 +407,7 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_
     }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+#include "cuda_emu_bf16.h"
 
 #endif

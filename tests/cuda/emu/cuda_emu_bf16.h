@@ -1,0 +1,189 @@
+/* tests/cuda/emu/cuda_emu_bf16.h: the mixed-precision slice of the host emulation (included by
+ * cuda_emu.h): the bf16 type and its conversions, cublasGemmEx with bf16 operands, and
+ * nvcuda::wmma for 16x16x16 bf16 fragments with fp32 accumulators.
+ *
+ * WMMA: every thread holds the whole 16x16 tile of each fragment (row-major), so loads, stores
+ * and mma_sync are done redundantly by the 32 threads of a warp; the result is the same as on
+ * the hardware as long as the kernel uses fragments only through these calls (never indexes
+ * fragment elements, whose thread mapping the hardware leaves unspecified). The checks the
+ * hardware makes silently are made loudly here: ldm a multiple of 16 bytes, pointers 32-byte
+ * aligned. What it cannot show: a missing __syncwarp() between a warp's store and another
+ * lane's read (each emulated thread reads its own complete copy). mma_sync is a barrier of
+ * the whole block here (see there).
+ */
+#ifndef MHA_TESTS_CUDA_EMU_BF16_H
+#define MHA_TESTS_CUDA_EMU_BF16_H
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+/* ------------------------------------------------------------------ bf16 */
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+
+/* Round to nearest even, as __float2bfloat16_rn; NaN stays a (quiet) NaN. */
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((u >> 16) | 0x40u)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+
+inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+namespace mha_emu {
+inline float to_float(float x) { return x; }
+inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+}  // namespace mha_emu
+
+/* ------------------------------------------------------------------ cublasGemmEx */
+
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+
+namespace mha_emu {
+/* Column-major reference as mha_emu::gemm, on A, B of type TA, TB (float accumulation in
+ * double, as there: the products of bf16 values are exact in fp32 anyway). */
+template <class TA, class TB>
+inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              float alpha, const TA *A, int lda, const TB *B, int ldb, float beta,
+                              float *C, int ldc) {
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) {
+                double a = to_float(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);
+                double b = to_float(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb]);
+                s += a * b;
+            }
+            float *c = &C[i + (size_t)j * ldc];
+            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace mha_emu
+
+/* The combinations the backend uses: bf16 A and B, fp32 C, fp32 compute (and all-fp32). */
+inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                   int n, int k, const void *alpha, const void *A, cudaDataType_t at,
+                                   int lda, const void *B, cudaDataType_t bt, int ldb,
+                                   const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                   cublasComputeType_t comp, cublasGemmAlgo_t) {
+    if (ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F || at != bt) return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    if (at == CUDA_R_16BF)
+        return mha_emu::gemm_ex(ta, tb, m, n, k, al, (const __nv_bfloat16 *)A, lda,
+                                (const __nv_bfloat16 *)B, ldb, be, (float *)C, ldc);
+    if (at == CUDA_R_32F)
+        return mha_emu::gemm_ex(ta, tb, m, n, k, al, (const float *)A, lda, (const float *)B, ldb, be,
+                                (float *)C, ldc);
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------ nvcuda::wmma */
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cuda_emu: only 16x16x16 fragments");
+    T x[256];   /* the whole tile, row-major (row r, column c at x[16 r + c]) */
+};
+
+namespace detail {
+template <class T>
+inline void check(const T *p, unsigned ldm, const char *what) {
+    if ((ldm * sizeof(T)) % 16 != 0) {
+        fprintf(stderr, "cuda_emu: wmma %s: ldm %u is not a multiple of 16 bytes\n", what, ldm);
+        abort();
+    }
+    if ((uintptr_t)p % 32 != 0) {
+        fprintf(stderr, "cuda_emu: wmma %s: pointer %p is not 32-byte aligned\n", what, (const void *)p);
+        abort();
+    }
+}
+template <class T>
+inline void load(T *x, const T *p, unsigned ldm, bool row_major_mem) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            x[16 * r + c] = row_major_mem ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+}
+template <class L>
+constexpr bool is_row_major() { return std::is_same<L, row_major>::value; }
+}  // namespace detail
+
+template <class Use, class T, class L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    static_assert(!std::is_same<Use, accumulator>::value, "accumulator loads take a layout");
+    detail::check(p, ldm, "load_matrix_sync");
+    detail::load(f.x, p, ldm, detail::is_row_major<L>());
+}
+
+template <class T>
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p, unsigned ldm,
+                             layout_t layout) {
+    detail::check(p, ldm, "load_matrix_sync (accumulator)");
+    detail::load(f.x, p, ldm, layout == mem_row_major);
+}
+
+template <class T>
+inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm,
+                              layout_t layout) {
+    detail::check(p, ldm, "store_matrix_sync");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) {
+            T *q = layout == mem_row_major ? &p[(size_t)r * ldm + c] : &p[(size_t)c * ldm + r];
+            *q = f.x[16 * r + c];
+        }
+}
+
+template <class Use, class T, class L>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
+    for (int e = 0; e < 256; e++) f.x[e] = v;
+}
+
+/* d = a b + c with fp32 accumulation (d may be c). Warp-synchronous on the hardware: no lane
+ * passes it before every lane has loaded its operands, so a warp may load an accumulator
+ * from shared memory, mma, and store it back in place. Emulated by a barrier (all threads
+ * of the block: the backend calls mma_sync in block-uniform code only). */
+template <class TA, class LA, class TB, class LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, TA, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, TB, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    __syncthreads();
+    float t[256];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[16 * m + n];
+            for (int k = 0; k < 16; k++)
+                s += mha_emu::to_float(a.x[16 * m + k]) * mha_emu::to_float(b.x[16 * k + n]);
+            t[16 * m + n] = s;
+        }
+    memcpy(d.x, t, sizeof t);
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
+#endif
