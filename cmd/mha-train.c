@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "  --max-steps N      stop after N updates in total, saving last.mha\n"
             "  --quiet            no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
-            "  -h, --help         this text\n");
+            "  -h, --help         this text, then every config key\n"
+            "\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -44,7 +45,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(sets); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            config_print_help(stdout);
+            free(sets);
+            return 0;
+        }
         else if (!strcmp(a, "--quiet")) opt.quiet = 1;
         else if (!strcmp(a, "--profile")) opt.profile = 1;
         else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
