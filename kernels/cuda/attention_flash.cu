@@ -498,35 +498,12 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 
 /* ------------------------------------------------------------------ launchers */
 
-static int fa_smem_optin(void) {
-    static int optin = -1;
-    if (optin < 0) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    return optin;
-}
-
-template <class Kernel>
-static void fa_prepare(Kernel kernel, size_t smem_bytes, bool *done) {
-    if (*done) return;
-    if (smem_bytes > (size_t)fa_smem_optin()) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "fused attention needs %zu bytes of shared memory per block, this "
-                 "GPU allows %d: use the materialising attention", smem_bytes, fa_smem_optin());
-        mha_cu_fail_msg(msg, __FILE__, __LINE__);
-    }
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
-    *done = true;
-}
-
 template <int D, int BQ, int BK>
 static void fa_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
                               int B, const FaArgs &a) {
     static bool ready = false;
     const size_t smem = FaFwdCfg<D, BQ, BK>::smem_floats * sizeof(float);
-    fa_prepare(fa_forward_kernel<D, BQ, BK>, smem, &ready);
+    mha_cu_prepare_smem(fa_forward_kernel<D, BQ, BK>, smem, &ready, "fused attention");
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, B);
     mha_launch(fa_forward_kernel<D, BQ, BK>, grid, FA_THREADS, smem)(out, lse, qkv, lengths, a);
     LAUNCH_CHECK();
@@ -538,8 +515,8 @@ static void fa_backward_launch(float *dqkv, const float *dout, const float *qkv,
     static bool ready_dq = false, ready_dkv = false;
     const size_t smem_dq = FaDqCfg<D, BQ, BK>::smem_floats * sizeof(float);
     const size_t smem_dkv = FaDkvCfg<D, BK2, BQ2>::smem_floats * sizeof(float);
-    fa_prepare(fa_backward_dq_kernel<D, BQ, BK>, smem_dq, &ready_dq);
-    fa_prepare(fa_backward_dkdv_kernel<D, BK2, BQ2>, smem_dkv, &ready_dkv);
+    mha_cu_prepare_smem(fa_backward_dq_kernel<D, BQ, BK>, smem_dq, &ready_dq, "fused attention");
+    mha_cu_prepare_smem(fa_backward_dkdv_kernel<D, BK2, BQ2>, smem_dkv, &ready_dkv, "fused attention");
     dim3 grid_q((a.T + BQ - 1) / BQ, a.NH, B);
     mha_launch(fa_backward_dq_kernel<D, BQ, BK>, grid_q, FA_THREADS, smem_dq)(dqkv, dout, qkv, lse, Di, lengths, a);
     LAUNCH_CHECK();

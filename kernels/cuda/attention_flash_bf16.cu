@@ -552,35 +552,12 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 
 /* ------------------------------------------------------------------ launchers */
 
-static int fb_smem_optin(void) {
-    static int optin = -1;
-    if (optin < 0) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    return optin;
-}
-
-template <class Kernel>
-static void fb_prepare(Kernel kernel, size_t smem_bytes, bool *done) {
-    if (*done) return;
-    if (smem_bytes > (size_t)fb_smem_optin()) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "bf16 fused attention needs %zu bytes of shared memory per block, "
-                 "this GPU allows %d: use the materialising attention", smem_bytes, fb_smem_optin());
-        mha_cu_fail_msg(msg, __FILE__, __LINE__);
-    }
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
-    *done = true;
-}
-
 template <int D>
 static void fb_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
                               int B, const FbArgs &a) {
     static bool ready = false;
     const size_t smem = FbFwdCfg<D>::bytes;
-    fb_prepare(fb_forward_kernel<D>, smem, &ready);
+    mha_cu_prepare_smem(fb_forward_kernel<D>, smem, &ready, "bf16 fused attention");
     dim3 grid((a.T + FB_TILE - 1) / FB_TILE, a.NH, B);
     mha_launch(fb_forward_kernel<D>, grid, FB_THREADS, smem)(out, lse, qkv, lengths, a);
     LAUNCH_CHECK();
@@ -591,8 +568,8 @@ static void fb_backward_launch(float *dqkv, const float *dout, const float *qkv,
                                const float *Di, const int32_t *lengths, int B, const FbArgs &a) {
     static bool ready_dq = false, ready_dkv = false;
     const size_t smem_dq = FbDqCfg<D>::bytes, smem_dkv = FbDkvCfg<D>::bytes;
-    fb_prepare(fb_backward_dq_kernel<D>, smem_dq, &ready_dq);
-    fb_prepare(fb_backward_dkdv_kernel<D>, smem_dkv, &ready_dkv);
+    mha_cu_prepare_smem(fb_backward_dq_kernel<D>, smem_dq, &ready_dq, "bf16 fused attention");
+    mha_cu_prepare_smem(fb_backward_dkdv_kernel<D>, smem_dkv, &ready_dkv, "bf16 fused attention");
     dim3 grid((a.T + FB_TILE - 1) / FB_TILE, a.NH, B);
     mha_launch(fb_backward_dq_kernel<D>, grid, FB_THREADS, smem_dq)(dqkv, dout, qkv, lse, Di, lengths, a);
     LAUNCH_CHECK();

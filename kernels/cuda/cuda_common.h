@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #ifdef MHA_CUDA_EMU
 /* Test build only (tests/cuda/emu): the kernels compiled as host C++ and run block by block
@@ -60,6 +61,32 @@ void mha_cu_launch_check(const char *file, int line);
     if (mha_s_ != CUBLAS_STATUS_SUCCESS) mha_cu_fail_cublas(mha_s_, #call, __FILE__, __LINE__); } while (0)
 #define LAUNCH_CHECK() mha_cu_launch_check(__FILE__, __LINE__)
 #define MHA_CU_REQUIRE(cond, msg) do { if (!(cond)) mha_cu_fail_msg(msg, __FILE__, __LINE__); } while (0)
+
+/* ---- kernels with more than the default 48 KiB of dynamic shared memory ---- */
+/* The most dynamic shared memory a block may opt in to on the current device. */
+static inline int mha_cu_smem_optin(void) {
+    static int optin = -1;
+    if (optin < 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return optin;
+}
+/* Once per kernel (*done): fails with a message naming `what` when smem_bytes is more than
+ * the device allows, else lets `kernel` use smem_bytes of dynamic shared memory. */
+template <class Kernel>
+static void mha_cu_prepare_smem(Kernel kernel, size_t smem_bytes, bool *done, const char *what) {
+    if (*done) return;
+    if (smem_bytes > (size_t)mha_cu_smem_optin()) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s needs %zu bytes of shared memory per block, this GPU allows %d: "
+                 "use the materialising attention", what, smem_bytes, mha_cu_smem_optin());
+        mha_cu_fail_msg(msg, __FILE__, __LINE__);
+    }
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
+    *done = true;
+}
 
 /* ---- shared state (backend_cuda.cu) ---- */
 cublasHandle_t mha_cu_cublas(void);
