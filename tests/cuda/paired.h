@@ -120,6 +120,16 @@ static inline Buf *out_poison(size_t n_elems, size_t elem) {
 #define I(b) ((int32_t *)(b)->g)
 #define IC(b) ((int32_t *)(b)->c)
 
+/* lengths: uniform in [T/2, T]; example 1 has length 1, example 2 length T; with_zero: the
+ * last has length 0 */
+static inline int32_t *make_lengths(int B, int T, int with_zero) {
+    int32_t *len = h_randint(B, T / 2 > 0 ? T / 2 : 1, T);
+    if (B > 1) len[1] = 1;
+    if (B > 2) len[2] = T;
+    if (with_zero && B > 3) len[B - 1] = 0;
+    return len;
+}
+
 static inline int wanted(const char *name) { return !filter || strstr(name, filter) != NULL; }
 
 /* Compares the float buffer of both backends (gpu against cpu as reference). */

@@ -172,15 +172,6 @@ static void test_elementwise(size_t n) {
     }
 }
 
-/* lengths: uniform in [T/2, T]; example 1 has length 1; with_zero: the last has length 0 */
-static int32_t *make_lengths(int B, int T, int with_zero) {
-    int32_t *len = h_randint(B, T / 2 > 0 ? T / 2 : 1, T);
-    if (B > 1) len[1] = 1;
-    if (B > 2) len[2] = T;
-    if (with_zero && B > 3) len[B - 1] = 0;
-    return len;
-}
-
 static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero) {
     char name[128], n2[200];
     snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f", B, T, NH, HS,
