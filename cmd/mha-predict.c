@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --batch-size N     examples per forward pass (default 64)\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --device D         cpu, cuda or auto (default cpu)\n"
+            "  --precision P      fp32 or bf16 (bf16 products, fp32 accumulation; needs CUDA or a\n"
+            "                     CPU with AVX512_BF16); default: the model's train.precision\n"
             "  -h, --help         this text\n");
 }
 
@@ -130,7 +132,7 @@ typedef struct {
 } Predictor;
 
 static int load_predictor(Predictor *p, const char *path, int batch_size, int threads, const char *device,
-                          int attention, MhaError *err) {
+                          const char *precision, int attention, MhaError *err) {
     int rc;
     memset(p, 0, sizeof *p);
     p->attention = attention;
@@ -145,6 +147,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     if ((rc = checkpoint_check_layout(&p->ck, &p->cfg, path, err))) return rc;
     p->cfg.threads = threads;
     snprintf(p->cfg.device, sizeof p->cfg.device, "%s", device);
+    if (precision) snprintf(p->cfg.precision, sizeof p->cfg.precision, "%s", precision);
     const Backend *be;
     if ((rc = select_backend(&p->cfg, &be, err))) return rc;
     ModelDims d;
@@ -377,7 +380,7 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
 
 int main(int argc, char **argv) {
     mha_cpu_prefer_passive_wait(argv);
-    const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu";
+    const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu", *precision = NULL;
     int top_k = 1, json = 0, batch_size = 64, threads = 0, attention = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -386,7 +389,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--attention")) { attention = 1; continue; }
         if (!strcmp(a, "-")) { input = a; continue; }
         if (a[0] == '-' && a[1] == '-') {
-            const char *opts[] = {"--model", "--top-k", "--format", "--eval", "--batch-size", "--threads", "--device"};
+            const char *opts[] = {"--model", "--top-k", "--format", "--eval", "--batch-size", "--threads", "--device", "--precision"};
             int known = 0;
             for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) known |= !strcmp(a, opts[k]);
             if (!known) return usage_error("unknown option '%s'", a);
@@ -395,6 +398,7 @@ int main(int argc, char **argv) {
             if (!strcmp(a, "--model")) model = v;
             else if (!strcmp(a, "--eval")) eval = v;
             else if (!strcmp(a, "--device")) device = v;
+            else if (!strcmp(a, "--precision")) precision = v;
             else if (!strcmp(a, "--format")) format = v;
             else if (!strcmp(a, "--top-k") && parse_int(v, 1, &top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
             else if (!strcmp(a, "--batch-size") && parse_int(v, 1, &batch_size)) return usage_error("--batch-size '%s': expected a positive integer", v);
@@ -407,6 +411,8 @@ int main(int argc, char **argv) {
     if (!model) return usage_error("%s", "missing --model M (a checkpoint written by mha-train)");
     if (strcmp(format, "tsv") && strcmp(format, "jsonl")) return usage_error("--format '%s': expected tsv or jsonl", format);
     if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto")) return usage_error("--device '%s': expected cpu, cuda or auto", device);
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        return usage_error("--precision '%s': expected fp32 or bf16", precision);
     if (eval && input) return usage_error("--eval reads its own file; drop the extra input '%s'", input);
     if (attention && eval) return usage_error("%s", "--attention goes with predictions, not --eval");
     if (attention) format = "jsonl";
@@ -414,7 +420,7 @@ int main(int argc, char **argv) {
 
     Predictor p;
     MhaError err = {0};
-    int rc = load_predictor(&p, model, batch_size, threads, device, attention, &err);
+    int rc = load_predictor(&p, model, batch_size, threads, device, precision, attention, &err);
     if (rc == 0) rc = eval ? run_eval(&p, eval, json, &err) : run_predict(&p, input, top_k, !strcmp(format, "jsonl"), &err);
     free_predictor(&p);
     errno = 0;

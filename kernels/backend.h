@@ -29,6 +29,7 @@ enum { MHA_POOL_MEAN = 0, MHA_POOL_CLS = 1, MHA_POOL_MAX = 2 };
 
 typedef struct Backend {
     const char *name;                                      /* "cpu" or "cuda" */
+    int bf16;        /* 1: mixed precision, the products take bf16 inputs (train.precision) */
 
     /* ---- memory: alloc returns NULL when out of memory ---- */
     void *(*alloc)(size_t bytes);
@@ -135,6 +136,11 @@ typedef struct Backend {
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
  * counts so they do not oversubscribe each other. */
 const Backend *mha_cpu_backend(int threads);
+/* The CPU backend in mixed precision: the linear layers' products take bf16 inputs with fp32
+ * accumulation (kernels/cpu/gemm_bf16.h); everything else is the fp32 backend. NULL, with a
+ * reason in `why`, when the CPU lacks AVX512_BF16 (the portable bf16 loop would be slower
+ * than fp32). */
+const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len);
 
 /* Called first in main(): when OMP_WAIT_POLICY is unset, sets it to PASSIVE and re-executes
  * the program (OpenMP reads it only at load time). Waiting threads then sleep instead of

@@ -152,7 +152,7 @@ static const KeyDesc KEYS[] = {
     {"train.device", T_STR, FIELD(device), 0, "auto", 0, 0, 0, DEVICES,
      "compute device; auto uses CUDA when available"},
     {"train.precision", T_STR, FIELD(precision), 0, "fp32", 0, 0, 0, PRECISIONS,
-     "compute precision (bf16 needs CUDA)"},
+     "compute precision; bf16: products in bf16 with fp32 accumulation (CUDA, or a CPU with AVX512_BF16)"},
     {"train.tf32", T_BOOL, FIELD(tf32), 0, NULL, 0, 0, 0, NULL,
      "allow TF32 matrix multiplies on CUDA"},
 
@@ -818,10 +818,6 @@ static int validate(const Config *c, MhaError *err, int *bad) {
         return failf(err, NULL, "key 'train.warmup': %s is not allowed (allowed: a fraction "
                      "0 <= value < 1, or a whole number of updates >= 1)", text);
     }
-    *bad = find_key("train.precision");
-    if (strcmp(c->precision, "bf16") == 0 && strcmp(c->device, "cpu") == 0)
-        return failf(err, NULL, "key 'train.precision': \"bf16\" needs train.device = \"cuda\" "
-                     "or \"auto\" (allowed on the cpu: \"fp32\")");
     *bad = -1;
     return 0;
 }

@@ -43,7 +43,7 @@ typedef struct {
     int patience;           /* evaluations without improvement before stopping; 0 = never */
     int max_bad_steps;      /* consecutive non-finite updates before giving up */
     char device[16];        /* "cpu" | "cuda" | "auto" */
-    char precision[8];      /* "fp32" | "bf16" (cuda) */
+    char precision[8];      /* "fp32" | "bf16" (mixed precision: CUDA, or a CPU with AVX512_BF16) */
     int tf32;
 
     /* output */

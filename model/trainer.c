@@ -37,20 +37,30 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The CPU backend at the configured precision; bf16 on a CPU without AVX512_BF16 says so
+ * and runs fp32. */
+static const Backend *cpu_backend_for(const Config *cfg, int bf16) {
+    if (bf16) {
+        char why[256] = "";
+        const Backend *be = mha_cpu_backend_bf16(cfg->threads, why, sizeof why);
+        if (be) return be;
+        fprintf(stderr, "mha: note: precision \"bf16\" on the cpu: %s; running in fp32\n", why);
+    }
+    return mha_cpu_backend(cfg->threads);
+}
+
 int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
     char why[512] = "";
+    const int bf16 = strcmp(cfg->precision, "bf16") == 0;
     if (strcmp(cfg->device, "cpu") == 0) {
-        *be = mha_cpu_backend(cfg->threads);
+        *be = cpu_backend_for(cfg, bf16);
         return 0;
     }
-    const int bf16 = strcmp(cfg->precision, "bf16") == 0;
     const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
     if (cuda) { *be = cuda; return 0; }
     if (strcmp(cfg->device, "cuda") == 0)
         return mha_fail(err, MHA_EXIT_DATA, "train.device = \"cuda\" but %s (use train.device=cpu or auto)", why);
-    if (bf16)  /* device "auto" without a GPU: say so rather than silently computing in fp32 */
-        fprintf(stderr, "mha: note: train.precision = \"bf16\" needs CUDA (%s); running on the cpu in fp32\n", why);
-    *be = mha_cpu_backend(cfg->threads);
+    *be = cpu_backend_for(cfg, bf16);
     return 0;
 }
 
@@ -363,7 +373,7 @@ static void print_profile(const Backend *be, const Config *c, double total, doub
     int N = c->batch_size * (c->max_len < 64 ? c->max_len : 64);
     double ceiling = gemm_ceiling(be, N, c->d_model, c->d_ff);
     double achieved = flops / total / 1e9;
-    const char *kind = strcmp(be->name, "cuda") == 0 && strcmp(c->precision, "bf16") == 0 ? "bf16 GEMM" : "sgemm";
+    const char *kind = be->bf16 ? "bf16 GEMM" : "sgemm";
     fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the %s "
             "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, kind,
             ceiling, N, c->d_model, c->d_ff, be->name);
@@ -483,7 +493,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
     fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s\n", r.model.lay.total, r.be->name,
-            strcmp(r.be->name, "cuda") == 0 && strcmp(cfg->precision, "bf16") == 0 ? " (bf16 mixed precision)" : "",
+            r.be->bf16 ? " (bf16 mixed precision)" : "",
             d.fused_attention ? "fused" : "math");
 
     char log_path[4300];

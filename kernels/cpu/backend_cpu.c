@@ -8,6 +8,9 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/layers_f32.h"
+#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include <stdio.h>
 
 /* ---- memory: host memory, 64-byte aligned ---- */
 static void *cpu_alloc(size_t bytes) { return mha_cpu_aligned_alloc(bytes); }
@@ -130,6 +133,19 @@ const Backend *mha_cpu_backend(int threads) {
     /* All parallelism is OpenMP's: BLAS calls run on the calling thread (see linear_*). */
     openblas_set_num_threads(1);
     return &cpu_backend;
+}
+
+const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
+    static Backend table;
+    if (!mha_bf16_fast()) {
+        if (why) snprintf(why, why_len, "this CPU has no AVX512_BF16 instructions");
+        return NULL;
+    }
+    table = *mha_cpu_backend(threads);
+    table.bf16 = 1;
+    table.linear_forward = mha_linear_forward_bf16;
+    table.linear_backward = mha_linear_backward_bf16;
+    return &table;
 }
 
 void mha_cpu_prefer_passive_wait(char **argv) {

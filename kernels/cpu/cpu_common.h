@@ -36,6 +36,32 @@ static inline void mha_blas_parallel_leave(int n) {
     if (n != 1) openblas_set_num_threads(n);
 }
 
+/* OpenBLAS runs single-threaded (mha_cpu_backend sets it); the linear layers split their
+ * products into row blocks that the OpenMP threads take dynamically, so one thread pool does
+ * all the work and BLAS and OpenMP never compete for the cores. A few blocks per thread (not
+ * one): when another process takes a core for a while, the other threads take its blocks
+ * instead of waiting for it at the end of the region. Products below MHA_GEMM_PAR_MIN
+ * multiply-adds stay on one thread. */
+#define MHA_GEMM_PAR_MIN ((size_t)1 << 18)
+#define MHA_GEMM_BLOCKS_PER_THREAD 4
+#define MHA_GEMM_MIN_ROWS 128   /* a block keeps at least this many rows (packing overhead) */
+
+/* How many blocks of rows (multiples of `align`) to cut n rows into for nt threads. */
+static inline int mha_gemm_row_blocks(int n, int nt, int align) {
+    int want = nt > 1 ? nt * MHA_GEMM_BLOCKS_PER_THREAD : 1;
+    int most = n / (MHA_GEMM_MIN_ROWS > align ? MHA_GEMM_MIN_ROWS : align);
+    if (want > most) want = most > nt ? most : nt;
+    return want < 1 ? 1 : want;
+}
+
+/* [lo, hi) of block t of nb over n rows, block bounds in multiples of `align` rows. */
+static inline void mha_split_rows(int n, int t, int nb, int align, int *lo, int *hi) {
+    int units = (n + align - 1) / align;
+    int b0 = (int)((long)units * t / nb), b1 = (int)((long)units * (t + 1) / nb);
+    *lo = b0 * align < n ? b0 * align : n;
+    *hi = b1 * align < n ? b1 * align : n;
+}
+
 /* The real length of example b: lengths[b] clamped to [0, T]. */
 static inline int mha_clamp_len(int32_t len, int T) {
     return len < 0 ? 0 : (len > T ? T : (int)len);

@@ -7,6 +7,8 @@ void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b
                         int N, int IC, int OC);
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
                          const REAL *inp, const REAL *w, int N, int IC, int OC);
+/* dst (C) += column sums of src (N, C), summed in double in row order. */
+void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C);
 void FN(embed_forward)(REAL *out, const int32_t *ids, const REAL *tok, const REAL *pos,
                        int B, int T, int C);
 void FN(embed_backward)(REAL *dtok, REAL *dpos, const REAL *dout, const int32_t *ids,

@@ -53,7 +53,7 @@ static inline size_t FN(stride64)(size_t n) {
 
 /* dst (C) += column sums of src (N, C); double accumulation, parallel over channel chunks,
  * so the result does not depend on the number of threads. */
-static void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
+void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
     int nchunk = (C + MHA_CHUNK - 1) / MHA_CHUNK;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
     for (int ch = 0; ch < nchunk; ch++) {
@@ -69,32 +69,7 @@ static void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 
 /* ================================ linear ================================ */
 
-/* OpenBLAS runs single-threaded (mha_cpu_backend sets it); the linear layers split their
- * products into row blocks that the OpenMP threads take dynamically, so one thread pool does
- * all the work and BLAS and OpenMP never compete for the cores. A few blocks per thread (not
- * one): when another process takes a core for a while, the other threads take its blocks
- * instead of waiting for it at the end of the region. Products below MHA_GEMM_PAR_MIN
- * multiply-adds stay on one thread. */
-#define MHA_GEMM_PAR_MIN ((size_t)1 << 18)
-#define MHA_GEMM_BLOCKS_PER_THREAD 4
-#define MHA_GEMM_MIN_ROWS 128   /* a block keeps at least this many rows (packing overhead) */
-
-/* How many blocks of rows (multiples of `align`) to cut n rows into for nt threads. */
-static inline int FN(row_blocks)(int n, int nt, int align) {
-    int want = nt > 1 ? nt * MHA_GEMM_BLOCKS_PER_THREAD : 1;
-    int most = n / (MHA_GEMM_MIN_ROWS > align ? MHA_GEMM_MIN_ROWS : align);
-    if (want > most) want = most > nt ? most : nt;
-    return want < 1 ? 1 : want;
-}
-
-/* [lo, hi) of block t of nb over n rows, block bounds in multiples of `align` rows. */
-static inline void FN(split_rows)(int n, int t, int nb, int align, int *lo, int *hi) {
-    int units = (n + align - 1) / align;
-    int b0 = (int)((long)units * t / nb), b1 = (int)((long)units * (t + 1) / nb);
-    *lo = b0 * align < n ? b0 * align : n;
-    *hi = b1 * align < n ? b1 * align : n;
-}
-
+/* Threading of the products: see mha_gemm_row_blocks in cpu_common.h. */
 void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
                         int N, int IC, int OC) {
     /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
@@ -105,11 +80,11 @@ void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
-    const int nb = par ? FN(row_blocks)(N, omp_get_max_threads(), 8) : 1;
+    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), 8) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        FN(split_rows)(N, blk, nb, 8, &n0, &n1);
+        mha_split_rows(N, blk, nb, 8, &n0, &n1);
         if (n1 <= n0) continue;
         REAL beta = 0;
         if (bias) {
@@ -127,20 +102,20 @@ void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* dinp: blocks of its N rows; dw: blocks of its OC rows (no reduction across blocks) */
-    const int nbx = dinp ? (par ? FN(row_blocks)(N, nt, 8) : 1) : 0;
+    const int nbx = dinp ? (par ? mha_gemm_row_blocks(N, nt, 8) : 1) : 0;
     const int nbw = dw ? (par ? (OC >= 4 * nt * 8 ? 4 * nt : (OC >= nt * 4 ? nt : 1)) : 1) : 0;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int task = 0; task < nbx + nbw; task++) {
         int lo, hi;
         if (task < nbx) {
             /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
-            FN(split_rows)(N, task, nbx, 8, &lo, &hi);
+            mha_split_rows(N, task, nbx, 8, &lo, &hi);
             if (hi > lo)
                 GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1, dout + (size_t)lo * OC, OC,
                      w, IC, 1, dinp + (size_t)lo * IC, IC);
         } else {
             /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
-            FN(split_rows)(OC, task - nbx, nbw, 4, &lo, &hi);
+            mha_split_rows(OC, task - nbx, nbw, 4, &lo, &hi);
             if (hi > lo)
                 GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1, dout + lo, OC, inp, IC, 1,
                      dw + (size_t)lo * IC, IC);

@@ -263,6 +263,7 @@ static void fill_table(Backend *t) {
  * The materialising attention, LayerNorm, softmax, loss and optimizer stay fp32. */
 static void fill_table_bf16(Backend *t) {
     fill_table(t);
+    t->bf16 = 1;
     t->linear_forward = mha_cu_linear_forward_bf16;
     t->linear_backward = mha_cu_linear_backward_bf16;
     t->attention_forward_fused = mha_cu_attention_forward_fused_bf16;

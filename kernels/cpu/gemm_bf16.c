@@ -1,0 +1,297 @@
+/* kernels/cpu/gemm_bf16.c: bf16-input, fp32-accumulate matrix products for the CPU backend
+ * (see gemm_bf16.h for the function computed and the packed layout).
+ *
+ * Fast path (x86-64 with AVX512_BF16, chosen at run time): a micro-tile of 8 rows x 32
+ * columns of C lives in 16 zmm accumulators; per k pair it loads two vectors of packed B and
+ * broadcasts one (a[2kk], a[2kk+1]) dword per row into vdpbf16ps. A is packed per call in
+ * blocks of MHA_BF16_KC columns so a panel of B (KC x 32 bf16, 16 KiB) stays in L1 while
+ * every row block of A passes over it. The portable path runs the same loops in C. */
+#include <string.h>
+#include "kernels/cpu/gemm_bf16.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MHA_BF16_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+/* ------------------------------------------------------------------ dispatch */
+
+static int force_portable;
+
+static int cpu_has_bf16(void) {
+#ifdef MHA_BF16_X86
+    static int cached = -1;
+    if (cached < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+        /* __builtin_cpu_supports also checks that the OS saves the zmm state */
+        cached = bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+int mha_bf16_fast(void) { return !force_portable && cpu_has_bf16(); }
+void mha_bf16_force_portable(int on) { force_portable = on; }
+
+/* ------------------------------------------------------------------ scalar conversion */
+
+uint16_t mha_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);   /* zero, subnormal */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                        /* nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float mha_bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* ------------------------------------------------------------------ packing */
+
+size_t mha_bf16_packed_b_elems(int K, int N) {
+    size_t kp = (size_t)(K + 1) & ~(size_t)1;
+    return (size_t)mha_bf16_panels(N) * kp * MHA_BF16_NR;
+}
+
+static inline float b_at(const float *b, int ldb, int trans, int k, int n) {
+    return trans ? b[(size_t)n * ldb + k] : b[(size_t)k * ldb + n];
+}
+
+#ifdef MHA_BF16_X86
+static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr);
+
+/* B (K, N) row-major, one panel: rows 2kk and 2kk+1 converted 16 columns at a time and
+ * interleaved (vpermw) into (n, pair) order. */
+FAST_TARGET static void pack_b_rows_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr) {
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const int kp2 = (K + 1) / 2;
+    for (int kk = 0; kk < kp2; kk++) {
+        const float *r0 = b + (size_t)(2 * kk) * ldb + n0;
+        const float *r1 = 2 * kk + 1 < K ? r0 + ldb : NULL;
+        for (int h = 0; h < MHA_BF16_NR; h += 16) {
+            int left = nr - h;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (left > 0 ? (__mmask16)((1u << left) - 1) : 0);
+            __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + h));
+            __m256i x1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + h))
+                            : _mm256_setzero_si256();
+            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+            _mm512_store_si512((void *)(dst + (size_t)kk * 2 * MHA_BF16_NR + 2 * h),
+                               _mm512_permutexvar_epi16(inter, both));
+        }
+    }
+}
+#endif
+
+void mha_bf16_pack_b(uint16_t *dst, const float *b, int ldb, int trans_b, int K, int N, int p0, int p1) {
+    /* dst panel p: (Kp/2, NR, 2) */
+    const int kp2 = (K + 1) / 2;
+    const size_t panel = (size_t)kp2 * 2 * MHA_BF16_NR;
+    for (int p = p0; p < p1; p++) {
+        uint16_t *d = dst + (size_t)p * panel;
+        const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+#ifdef MHA_BF16_X86
+        if (mha_bf16_fast()) {
+            if (trans_b) pack_b_trans_fast(d, b, ldb, K, n0, nr);
+            else pack_b_rows_fast(d, b, ldb, K, n0, nr);
+            continue;
+        }
+#endif
+        memset(d, 0, panel * sizeof *d);
+        for (int kk = 0; kk < kp2; kk++)
+            for (int j = 0; j < nr; j++)
+                for (int r = 0; r < 2 && 2 * kk + r < K; r++)
+                    d[(size_t)kk * 2 * MHA_BF16_NR + 2 * j + r] = mha_bf16_round(b_at(b, ldb, trans_b, 2 * kk + r, n0 + j));
+    }
+}
+
+size_t mha_bf16_scratch_elems(int M) {
+    size_t mp = ((size_t)M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
+    return mp * MHA_BF16_KC;
+}
+
+/* Packed A: (Mp, kl) bf16 row-major for one block of kl columns (kl even), rows M..Mp-1 and
+ * columns past K zero; row m's k pair kk is the dword at m * kl/2 + kk. */
+
+#ifdef MHA_BF16_X86
+/* 32 floats (src[0..31], `valid` of them real) -> 16 pair dwords (round to nearest even). */
+FAST_TARGET static inline __m512i pairs_of_row(const float *src, int valid) {
+    __mmask16 lo = valid >= 16 ? (__mmask16)0xffff : (valid > 0 ? (__mmask16)((1u << valid) - 1) : 0);
+    __mmask16 hi = valid >= 32 ? (__mmask16)0xffff : (valid > 16 ? (__mmask16)((1u << (valid - 16)) - 1) : 0);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + 16), _mm512_maskz_loadu_ps(lo, src));
+}
+
+/* 16 floats of each of two source rows (r1 may be NULL: zeros) -> 16 dwords (r0[i], r1[i]). */
+FAST_TARGET static inline __m512i pairs_of_two_rows(const float *r0, const float *r1, __mmask16 m) {
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
+    __m256i x1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)) : _mm256_setzero_si256();
+    return _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+}
+
+static inline __mmask16 first_mask(int n) {
+    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
+}
+
+/* A rows [0, M), columns [k0, k0 + kl) -> dst (Mp, kl). */
+FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int trans_a,
+                                    int M, int K, int k0, int kl) {
+    const int kl2 = kl / 2;
+    uint32_t *d32 = (uint32_t *)dst;
+    if (!trans_a) {
+        for (int m = 0; m < M; m++) {
+            const float *src = a + (size_t)m * lda + k0;
+            uint32_t *d = d32 + (size_t)m * kl2;
+            for (int kk = 0; kk < kl2; kk += 16)
+                _mm512_mask_storeu_epi32(d + kk, first_mask(kl2 - kk), pairs_of_row(src + 2 * kk, K - k0 - 2 * kk));
+        }
+        return;
+    }
+    /* A(m, k) = a[k * lda + m]: source rows k, k+1 interleaved give the pair dwords of 16
+     * consecutive m at one kk; 16 kk of them are transposed through a buffer into rows. */
+    for (int m0 = 0; m0 < M; m0 += 16) {
+        const int mn = M - m0 < 16 ? M - m0 : 16;
+        for (int kk0 = 0; kk0 < kl2; kk0 += 16) {
+            const int kn = kl2 - kk0 < 16 ? kl2 - kk0 : 16;
+            uint32_t t[16][16];                     /* (kk, m) */
+            for (int kk = 0; kk < kn; kk++) {
+                const int k = k0 + 2 * (kk0 + kk);
+                __m512i p = k < K ? pairs_of_two_rows(a + (size_t)k * lda + m0,
+                                                      k + 1 < K ? a + (size_t)(k + 1) * lda + m0 : NULL,
+                                                      first_mask(mn))
+                                  : _mm512_setzero_si512();
+                _mm512_storeu_si512((void *)t[kk], p);
+            }
+            for (int m = 0; m < mn; m++)
+                for (int kk = 0; kk < kn; kk++) d32[(size_t)(m0 + m) * kl2 + kk0 + kk] = t[kk][m];
+        }
+    }
+}
+
+/* B given as (N, K) rows (trans_b), one panel: each of its 32 rows gives 16 pair dwords per
+ * 32 k, transposed through a buffer into (kk, n) order. */
+FAST_TARGET static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr) {
+    uint32_t *d32 = (uint32_t *)dst;
+    const int kp2 = (K + 1) / 2;
+    for (int kk0 = 0; kk0 < kp2; kk0 += 16) {
+        const int kn = kp2 - kk0 < 16 ? kp2 - kk0 : 16;
+        uint32_t t[MHA_BF16_NR][16];                /* (n, kk) */
+        for (int j = 0; j < MHA_BF16_NR; j++)
+            _mm512_storeu_si512((void *)t[j], j < nr ? pairs_of_row(b + (size_t)(n0 + j) * ldb + 2 * kk0, K - 2 * kk0)
+                                                     : _mm512_setzero_si512());
+        for (int kk = 0; kk < kn; kk++)
+            for (int j = 0; j < MHA_BF16_NR; j++) d32[(size_t)(kk0 + kk) * MHA_BF16_NR + j] = t[j][kk];
+    }
+}
+#endif
+
+static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, int K, int k0, int kl) {
+    const int mp = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
+    if (mp > M) memset(dst + (size_t)M * kl, 0, (size_t)(mp - M) * kl * sizeof *dst);
+#ifdef MHA_BF16_X86
+    if (mha_bf16_fast()) {
+        pack_a_fast(dst, a, lda, trans_a, M, K, k0, kl);
+        return;
+    }
+#endif
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < kl; k++) {
+            int kg = k0 + k;
+            float v = kg < K ? (trans_a ? a[(size_t)kg * lda + m] : a[(size_t)m * lda + kg]) : 0.0f;
+            dst[(size_t)m * kl + k] = mha_bf16_round(v);
+        }
+}
+
+/* ------------------------------------------------------------------ micro-kernels */
+
+/* c (mr x nr, stride ldc) += a (MR rows of kp2 pairs, row stride 2 kp2) @ b (kp2, NR, 2). */
+static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr) {
+    float acc[MHA_BF16_MR][MHA_BF16_NR];
+    memset(acc, 0, sizeof acc);
+    for (int kk = 0; kk < kp2; kk++) {
+        const uint16_t *bk = b + (size_t)kk * 2 * MHA_BF16_NR;
+        for (int m = 0; m < mr; m++) {
+            float a0 = mha_bf16_to_float(a[(size_t)m * 2 * kp2 + 2 * kk]);
+            float a1 = mha_bf16_to_float(a[(size_t)m * 2 * kp2 + 2 * kk + 1]);
+            for (int j = 0; j < MHA_BF16_NR; j++) {
+                /* products of two bf16 are exact in fp32: one rounding per addition */
+                acc[m][j] += a1 * mha_bf16_to_float(bk[2 * j + 1]);
+                acc[m][j] += a0 * mha_bf16_to_float(bk[2 * j]);
+            }
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < nr; j++) c[(size_t)m * ldc + j] += acc[m][j];
+}
+
+#ifdef MHA_BF16_X86
+FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr) {
+    __m512 acc0[MHA_BF16_MR], acc1[MHA_BF16_MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MHA_BF16_MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
+    for (int kk = 0; kk < kp2; kk++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)(b + (size_t)kk * 64));
+        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(b + (size_t)kk * 64 + 32));
+#pragma GCC unroll 8
+        for (int m = 0; m < MHA_BF16_MR; m++) {
+            int32_t pair;
+            memcpy(&pair, a + (size_t)m * 2 * kp2 + 2 * kk, sizeof pair);
+            __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+            acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
+            acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
+        }
+    }
+    const __mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : (nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0);
+#pragma GCC unroll 8
+    for (int m = 0; m < MHA_BF16_MR; m++) {
+        if (m >= mr) break;
+        float *cr = c + (size_t)m * ldc;
+        _mm512_mask_storeu_ps(cr, k0, _mm512_add_ps(_mm512_maskz_loadu_ps(k0, cr), acc0[m]));
+        if (k1) _mm512_mask_storeu_ps(cr + 16, k1, _mm512_add_ps(_mm512_maskz_loadu_ps(k1, cr + 16), acc1[m]));
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------ the product */
+
+void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
+                   const uint16_t *packed_b, float *c, int ldc, uint16_t *scratch) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    const int kp = (K + 1) & ~1;
+    const size_t panel = (size_t)kp * MHA_BF16_NR;          /* elements per panel of B */
+    const int np = mha_bf16_panels(N);
+    const int fast = mha_bf16_fast();
+    for (int k0 = 0; k0 < kp; k0 += MHA_BF16_KC) {
+        const int kl = kp - k0 < MHA_BF16_KC ? kp - k0 : MHA_BF16_KC;
+        pack_a(scratch, a, lda, trans_a, M, K, k0, kl);      /* scratch (Mp, kl) */
+        for (int p = 0; p < np; p++) {
+            const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
+            const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+            for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
+                const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
+                const uint16_t *ap = scratch + (size_t)m0 * kl;
+                float *cp = c + (size_t)m0 * ldc + n0;
+#ifdef MHA_BF16_X86
+                if (fast) {
+                    kernel_fast(ap, bp, kl / 2, cp, ldc, mr, nr);
+                    continue;
+                }
+#endif
+                (void)fast;
+                kernel_portable(ap, bp, kl / 2, cp, ldc, mr, nr);
+            }
+        }
+    }
+}

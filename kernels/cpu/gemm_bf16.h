@@ -1,0 +1,52 @@
+/* kernels/cpu/gemm_bf16.h: matrix products with bf16 inputs and fp32 accumulation on the CPU
+ * (train.precision = "bf16" / mha-predict --precision bf16 on the cpu device).
+ *
+ * C (M, N) += A (M, K) @ B (K, N): both inputs are rounded to bf16 (round to nearest even,
+ * subnormals flushed to zero), each pair of products along K is added to the fp32
+ * accumulator in order (odd k, then even k), as AVX512-BF16's vdpbf16ps does. On CPUs with
+ * AVX512_BF16 the fast path runs that instruction; elsewhere a portable loop computes the
+ * same function (it differs only in the rounding of the fp32 additions when the hardware
+ * adds both products in one step; the tests compare both against a double reference).
+ *
+ * B is packed once (mha_bf16_pack_b) and shared by the threads; each call of
+ * mha_bf16_gemm packs its own rows of A into the caller's scratch. Packed B layout:
+ * panels of MHA_BF16_NR columns; panel p holds, for each k pair kk, the 32 columns'
+ * (B[2kk][n], B[2kk+1][n]) in column order: (Kp/2, NR, 2) bf16, Kp = K rounded up to even.
+ * Columns past N and the k past K are zero. */
+#ifndef MHA_KERNELS_CPU_GEMM_BF16_H
+#define MHA_KERNELS_CPU_GEMM_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MHA_BF16_NR 32   /* columns per panel of packed B */
+#define MHA_BF16_MR 8    /* rows per micro-tile */
+#define MHA_BF16_KC 256  /* depth per pass over C (even) */
+
+/* 1 when the fast AVX512-BF16 path is used (CPU support, not forced off). */
+int mha_bf16_fast(void);
+/* Tests: force the portable path (1) or allow the fast one again (0). */
+void mha_bf16_force_portable(int on);
+
+/* fp32 -> bf16 bits: round to nearest even, subnormals to signed zero, NaN stays NaN. */
+uint16_t mha_bf16_round(float x);
+float mha_bf16_to_float(uint16_t h);
+
+/* Elements (uint16_t) of packed B for a (K, N) matrix. */
+size_t mha_bf16_packed_b_elems(int K, int N);
+/* Packs panels [p0, p1) of B (K, N) into dst (mha_bf16_packed_b_elems(K, N) elements).
+ * B(k, n) = b[k * ldb + n], or b[n * ldb + k] when trans_b (B given as (N, K)). Threads may
+ * pack disjoint panel ranges in parallel. */
+void mha_bf16_pack_b(uint16_t *dst, const float *b, int ldb, int trans_b, int K, int N, int p0, int p1);
+/* Panels of packed B: ceil(N / MHA_BF16_NR). */
+static inline int mha_bf16_panels(int N) { return (N + MHA_BF16_NR - 1) / MHA_BF16_NR; }
+
+/* Scratch elements (uint16_t) one mha_bf16_gemm call needs for M rows. */
+size_t mha_bf16_scratch_elems(int M);
+/* C (M, N) (row stride ldc) += A (M, K) @ B, B packed by mha_bf16_pack_b for (K, N).
+ * A(m, k) = a[m * lda + k], or a[k * lda + m] when trans_a. Single-threaded; scratch holds
+ * mha_bf16_scratch_elems(M) elements, 64-byte aligned. */
+void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
+                   const uint16_t *packed_b, float *c, int ldc, uint16_t *scratch);
+
+#endif

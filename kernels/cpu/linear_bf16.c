@@ -1,0 +1,131 @@
+/* kernels/cpu/linear_bf16.c: the linear layer of the CPU backend in mixed precision
+ * (train.precision = "bf16" on the cpu): the same contract as linear_forward/backward in
+ * kernels/backend.h, with both inputs of each product rounded to bf16 and fp32 accumulation
+ * (gemm_bf16.c). Weights, activations and gradients stay fp32 in memory.
+ *
+ * Threading follows the fp32 layer (layers_impl.h): the matrix that every row block
+ * multiplies (the weights, or the layer input for dw) is packed once, over all threads;
+ * then the OpenMP threads take row blocks dynamically, each packing its own rows. */
+#include <stdio.h>
+#include <omp.h>
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/layers_f32.h"
+#include "kernels/cpu/linear_bf16.h"
+
+/* ---- workspaces: grown on demand, kept for the process (a step allocates nothing) ---- */
+
+typedef struct {
+    uint16_t *p;
+    size_t cap;   /* elements */
+} Buffer;
+
+static uint16_t *buffer_get(Buffer *b, size_t elems) {
+    if (elems > b->cap) {
+        free(b->p);
+        b->p = mha_cpu_aligned_alloc(elems * sizeof *b->p);
+        b->cap = b->p ? elems : 0;
+        if (!b->p) {
+            fprintf(stderr, "mha: out of memory (%zu MiB for a bf16 workspace)\n", (elems * 2) >> 20);
+            exit(1);
+        }
+    }
+    return b->p;
+}
+
+static Buffer g_packed[2];        /* packed B of the current product(s) */
+static Buffer *g_scratch;         /* one per OpenMP thread: its packed rows of A */
+static int g_scratch_n;
+
+/* Makes sure every thread of the next parallel region has a scratch slot (called outside
+ * any parallel region). */
+static void scratch_slots(int threads) {
+    if (threads <= g_scratch_n) return;
+    Buffer *s = realloc(g_scratch, (size_t)threads * sizeof *s);
+    if (!s) {
+        fprintf(stderr, "mha: out of memory (bf16 scratch table)\n");
+        exit(1);
+    }
+    for (int i = g_scratch_n; i < threads; i++) s[i] = (Buffer){0};
+    g_scratch = s;
+    g_scratch_n = threads;
+}
+
+static uint16_t *thread_scratch(int rows) {
+    return buffer_get(&g_scratch[omp_get_thread_num()], mha_bf16_scratch_elems(rows));
+}
+
+/* Packs B (K, N) into dst over the threads, one panel per task. */
+static void pack_parallel(uint16_t *dst, const float *b, int ldb, int trans_b, int K, int N, int par) {
+    const int np = mha_bf16_panels(N);
+#pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
+    for (int p = 0; p < np; p++) mha_bf16_pack_b(dst, b, ldb, trans_b, K, N, p, p + 1);
+}
+
+void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                             int N, int IC, int OC) {
+    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+    if (N <= 0 || OC <= 0 || IC <= 0) {
+        mha_linear_forward_f32(out, inp, w, bias, N, IC, OC);   /* the empty cases */
+        return;
+    }
+    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    scratch_slots(nt);
+    /* B (IC, OC): B(k, n) = w[n * IC + k] */
+    uint16_t *wp = buffer_get(&g_packed[0], mha_bf16_packed_b_elems(IC, OC));
+    pack_parallel(wp, w, IC, 1, IC, OC, par);
+    const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_BF16_MR) : 1;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int blk = 0; blk < nb; blk++) {
+        int n0, n1;
+        mha_split_rows(N, blk, nb, MHA_BF16_MR, &n0, &n1);
+        if (n1 <= n0) continue;
+        for (int n = n0; n < n1; n++) {
+            if (bias) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
+            else memset(out + (size_t)n * OC, 0, (size_t)OC * sizeof *out);
+        }
+        mha_bf16_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, 0, wp, out + (size_t)n0 * OC, OC,
+                      thread_scratch(n1 - n0));
+    }
+}
+
+void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                              const float *inp, const float *w, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0 || IC <= 0) return;
+    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    scratch_slots(nt);
+    /* dinp: B (OC, IC) = w as stored;  dw: B (N, IC) = inp as stored */
+    uint16_t *wp = dinp ? buffer_get(&g_packed[0], mha_bf16_packed_b_elems(OC, IC)) : NULL;
+    uint16_t *ip = dw ? buffer_get(&g_packed[1], mha_bf16_packed_b_elems(N, IC)) : NULL;
+    const int np = mha_bf16_panels(IC);
+    const int npx = dinp ? np : 0, npw = dw ? np : 0;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int task = 0; task < npx + npw; task++) {
+        if (task < npx) mha_bf16_pack_b(wp, w, IC, 0, OC, IC, task, task + 1);
+        else mha_bf16_pack_b(ip, inp, IC, 0, N, IC, task - npx, task - npx + 1);
+    }
+    /* dinp: blocks of its N rows; dw: blocks of its OC rows (no reduction across blocks) */
+    const int nbx = dinp ? (par ? mha_gemm_row_blocks(N, nt, MHA_BF16_MR) : 1) : 0;
+    const int nbw = dw ? (par ? (OC >= 4 * nt * MHA_BF16_MR ? 4 * nt : (OC >= nt * MHA_BF16_MR ? nt : 1)) : 1) : 0;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int task = 0; task < nbx + nbw; task++) {
+        int lo, hi;
+        if (task < nbx) {
+            /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
+            mha_split_rows(N, task, nbx, MHA_BF16_MR, &lo, &hi);
+            if (hi > lo)
+                mha_bf16_gemm(hi - lo, IC, OC, dout + (size_t)lo * OC, OC, 0, wp, dinp + (size_t)lo * IC, IC,
+                              thread_scratch(hi - lo));
+        } else {
+            /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
+            mha_split_rows(OC, task - nbx, nbw, MHA_BF16_MR, &lo, &hi);
+            if (hi > lo)
+                mha_bf16_gemm(hi - lo, IC, N, dout + lo, OC, 1, ip, dw + (size_t)lo * IC, IC,
+                              thread_scratch(hi - lo));
+        }
+    }
+    /* dbias (OC) += column sums of dout (fp32, as the fp32 layer) */
+    if (dbias) mha_colsum_acc_f32(dbias, dout, N, OC);
+}
