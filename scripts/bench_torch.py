@@ -841,16 +841,19 @@ def report_main(args):
     md = []
     if mode == "train":
         md.append("| dataset | system | train tok/s (real) | s/epoch | peak RSS MiB | test accuracy | "
-                  "predict lines/s | mha ÷ row (train tok/s, predict lines/s) |")
-        md.append("|---|---|---:|---:|---:|---:|---:|---:|")
+                  "predict lines/s | mha fp32 ÷ row (train tok/s, predict lines/s) | "
+                  "mha bf16 ÷ row (train tok/s, predict lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     else:
-        md.append("| dataset | system | lines/s | timed s | peak RSS MiB | mha ÷ row (lines/s) |")
-        md.append("|---|---|---:|---:|---:|---:|")
+        md.append("| dataset | system | lines/s | timed s | peak RSS MiB | mha fp32 ÷ row (lines/s) | "
+                  "mha bf16 ÷ row (lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|---:|")
     for ds in a["--datasets"].split(","):
         w = os.path.join(a["--work"], ds)
         rows = []
         pred = {
             "mha": load(os.path.join(w, "pred", "mha.measure.json")),
+            "mha_bf16": load(os.path.join(w, "pred", "mha_bf16.measure.json")),
             "torch_same": load(os.path.join(w, "pred", "torch_same.json")),
             "torch_articles": load(os.path.join(w, "pred", "torch_articles.json")),
             "fasttext": load(os.path.join(w, "pred", "fasttext.measure.json")),
@@ -871,9 +874,11 @@ def report_main(args):
             tokens = info.get("real_tokens_per_epoch")
             epochs = info.get("epochs")
             mha = mha_train_result(os.path.join(w, "mha"))
-            if mha.get("total_s") and tokens:
-                mha["tokens_per_s"] = tokens * epochs / mha["total_s"]
-                mha["epoch_s"] = mha["total_s"] / epochs
+            mhb = mha_train_result(os.path.join(w, "mha_bf16"))
+            for m in (mha, mhb):
+                if m.get("total_s") and tokens:
+                    m["tokens_per_s"] = tokens * epochs / m["total_s"]
+                    m["epoch_s"] = m["total_s"] / epochs
             ts = load(os.path.join(w, "torch_same", "result.json"), {})
             ts.update({"wall_s": load(os.path.join(w, "torch_same", "measure.json"), {}).get("wall_s"),
                        "peak_rss_kib": load(os.path.join(w, "torch_same", "measure.json"), {}).get("peak_rss_kib")})
@@ -892,13 +897,15 @@ def report_main(args):
                 ft["tokens_per_s"] = fti["tokens"] * fti["epochs"] / ft["wall_s"]
                 ft["epoch_s"] = ft["wall_s"] / fti["epochs"]
             flops = ts.get("useful_flops_per_epoch")
-            systems = [("mha", mha, mha.get("tokens_per_s"), mha.get("epoch_s"), "mha"),
+            systems = [("mha fp32", mha, mha.get("tokens_per_s"), mha.get("epoch_s"), "mha"),
+                       ("mha bf16 (train.precision=bf16)", mhb, mhb.get("tokens_per_s"), mhb.get("epoch_s"), "mha_bf16"),
                        ("PyTorch eager (same batches)", ts, ts.get("tokens_per_s"), ts.get("epoch_s_mean"), "torch_same"),
                        ("PyTorch eager (articles' style: random batches padded to max_len)", ta,
                         ta.get("tokens_per_s"), ta.get("epoch_s_mean"), "torch_articles"),
                        ("fastText (chars, -wordNgrams 2, 25 epochs)", ft, ft.get("tokens_per_s"), ft.get("epoch_s"),
                         "fasttext")]
             mha_tps, mha_lps = mha.get("tokens_per_s"), pred_lps("mha")
+            mhb_tps, mhb_lps = mhb.get("tokens_per_s"), pred_lps("mha_bf16")
             for name, r, tps, eps, key in systems:
                 lps = pred_lps(key)
                 acc = (r.get("test") or {}).get("accuracy")
@@ -910,22 +917,25 @@ def report_main(args):
                 rows.append(r)
                 md.append(f"| {ds} | {name} | {fmt(tps, ',.0f')} | {fmt(eps, '.1f')} | "
                           f"{fmt(rss / 1024 if rss else None, '.0f')} | {fmt(acc, '.4f')} | {fmt(lps, ',.0f')} | "
-                          f"{ratio(mha_tps, tps)}, {ratio(mha_lps, lps)} |")
+                          f"{ratio(mha_tps, tps)}, {ratio(mha_lps, lps)} | "
+                          f"{ratio(mhb_tps, tps)}, {ratio(mhb_lps, lps)} |")
             out["datasets"][ds] = {"info": info, "predict_info": pinfo,
                                    "systems": {k: r for (_, r, _, _, k) in systems}}
         else:
-            names = [("mha", "mha-predict (end to end: read, tokenize, forward, write)"),
+            names = [("mha", "mha-predict --precision fp32 (end to end: read, tokenize, forward, write)"),
+                     ("mha_bf16", "mha-predict --precision bf16 (end to end)"),
                      ("torch_same", "PyTorch eager no_grad (same batches, forward only)"),
                      ("torch_articles", "PyTorch eager no_grad (padded to max_len, forward only)"),
                      ("fasttext", "fasttext predict (end to end, 1 thread)")]
-            mha_lps = pred_lps("mha")
+            mha_lps, mhb_lps = pred_lps("mha"), pred_lps("mha_bf16")
             for key, name in names:
                 p = pred[key] or {}
                 lps = pred_lps(key)
                 wall = p.get("forward_s", p.get("wall_s"))
                 rss = p.get("peak_rss_kib")
                 md.append(f"| {ds} | {name} | {fmt(lps, ',.0f')} | {fmt(wall, '.2f')} | "
-                          f"{fmt(rss / 1024 if rss else None, '.0f')} | {ratio(mha_lps, lps)} |")
+                          f"{fmt(rss / 1024 if rss else None, '.0f')} | {ratio(mha_lps, lps)} | "
+                          f"{ratio(mhb_lps, lps)} |")
                 p["lines_per_s"] = lps
             out["datasets"][ds] = {"predict_info": pinfo, "systems": pred}
     text = "\n".join(md) + "\n"

@@ -138,7 +138,9 @@ const Backend *mha_cpu_backend(int threads) {
 const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
     static Backend table;
     if (!mha_bf16_fast()) {
-        if (why) snprintf(why, why_len, "this CPU has no AVX512_BF16 instructions");
+        if (why)
+            snprintf(why, why_len, "%s", mha_bf16_cpu_supported() ? "the AVX512_BF16 path is switched off (mha_bf16_force_portable)"
+                                                                  : "this CPU has no AVX512_BF16 instructions");
         return NULL;
     }
     table = *mha_cpu_backend(threads);

@@ -36,6 +36,7 @@ static int cpu_has_bf16(void) {
 }
 
 int mha_bf16_fast(void) { return !force_portable && cpu_has_bf16(); }
+int mha_bf16_cpu_supported(void) { return cpu_has_bf16(); }
 void mha_bf16_force_portable(int on) { force_portable = on; }
 
 /* ------------------------------------------------------------------ scalar conversion */

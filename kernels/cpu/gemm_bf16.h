@@ -25,6 +25,8 @@
 
 /* 1 when the fast AVX512-BF16 path is used (CPU support, not forced off). */
 int mha_bf16_fast(void);
+/* 1 when this CPU (and OS) supports AVX512_BF16, whatever mha_bf16_force_portable says. */
+int mha_bf16_cpu_supported(void);
 /* Tests: force the portable path (1) or allow the fast one again (0). */
 void mha_bf16_force_portable(int on);
 
@@ -32,7 +34,8 @@ void mha_bf16_force_portable(int on);
 uint16_t mha_bf16_round(float x);
 float mha_bf16_to_float(uint16_t h);
 
-/* Elements (uint16_t) of packed B for a (K, N) matrix. */
+/* Elements (uint16_t) of packed B for a (K, N) matrix; the buffer must be 64-byte aligned
+ * (the fast path stores and loads it with aligned zmm moves). */
 size_t mha_bf16_packed_b_elems(int K, int N);
 /* Packs panels [p0, p1) of B (K, N) into dst (mha_bf16_packed_b_elems(K, N) elements).
  * B(k, n) = b[k * ldb + n], or b[n * ldb + k] when trans_b (B given as (N, K)). Threads may
@@ -45,7 +48,7 @@ static inline int mha_bf16_panels(int N) { return (N + MHA_BF16_NR - 1) / MHA_BF
 size_t mha_bf16_scratch_elems(int M);
 /* C (M, N) (row stride ldc) += A (M, K) @ B, B packed by mha_bf16_pack_b for (K, N).
  * A(m, k) = a[m * lda + k], or a[k * lda + m] when trans_a. Single-threaded; scratch holds
- * mha_bf16_scratch_elems(M) elements, 64-byte aligned. */
+ * mha_bf16_scratch_elems(M) elements (any alignment of uint16_t). */
 void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
                    const uint16_t *packed_b, float *c, int ldc, uint16_t *scratch);
 

@@ -61,7 +61,7 @@ static double nerr(const float *a, const double *b, size_t n) {
     double md = 0, mb = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d;   /* NaN propagates */
+        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;   /* a NaN anywhere stays fatal */
         if (fabs(b[i]) > mb) mb = fabs(b[i]);
     }
     return mb > 0 ? md / mb : md;
@@ -70,7 +70,7 @@ static double nerr_ff(const float *a, const float *b, size_t n) {
     double md = 0, mb = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= md)) md = d;
+        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
         if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
     }
     return mb > 0 ? md / mb : md;
