@@ -118,7 +118,7 @@ void mha_bf16_pack_b(uint16_t *dst, const float *b, int ldb, int trans_b, int K,
 
 size_t mha_bf16_scratch_elems(int M) {
     size_t mp = ((size_t)M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
-    return mp * MHA_BF16_KC;
+    return mp * MHA_BF16_KC + mp * (sizeof(double) / sizeof(uint16_t));   /* packed A, row sums */
 }
 
 /* Packed A: (Mp, kl) bf16 row-major for one block of kl columns (kl even), rows M..Mp-1 and
@@ -145,12 +145,15 @@ static inline __mmask16 first_mask(int n) {
     return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
 }
 
-/* A rows [0, M), columns [k0, k0 + kl) -> dst (Mp, kl). */
+/* A rows [0, M), columns [k0, k0 + kl) -> dst (Mp, kl); sums (M) += row sums when non-NULL. */
 FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int trans_a,
-                                    int M, int K, int k0, int kl) {
+                                    int M, int K, int k0, int kl, double *sums) {
     const int kl2 = kl / 2;
     uint32_t *d32 = (uint32_t *)dst;
     if (!trans_a) {
+        if (sums)
+            for (int m = 0; m < M; m++)
+                for (int k = k0; k < K && k < k0 + kl; k++) sums[m] += a[(size_t)m * lda + k];
         for (int m = 0; m < M; m++) {
             const float *src = a + (size_t)m * lda + k0;
             uint32_t *d = d32 + (size_t)m * kl2;
@@ -163,19 +166,35 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
      * consecutive m at one kk; 16 kk of them are transposed through a buffer into rows. */
     for (int m0 = 0; m0 < M; m0 += 16) {
         const int mn = M - m0 < 16 ? M - m0 : 16;
+        const __mmask16 mm = first_mask(mn);
+        __m512d s_lo = _mm512_setzero_pd(), s_hi = _mm512_setzero_pd();   /* sums of m0..m0+15 */
         for (int kk0 = 0; kk0 < kl2; kk0 += 16) {
             const int kn = kl2 - kk0 < 16 ? kl2 - kk0 : 16;
             uint32_t t[16][16];                     /* (kk, m) */
             for (int kk = 0; kk < kn; kk++) {
                 const int k = k0 + 2 * (kk0 + kk);
-                __m512i p = k < K ? pairs_of_two_rows(a + (size_t)k * lda + m0,
-                                                      k + 1 < K ? a + (size_t)(k + 1) * lda + m0 : NULL,
-                                                      first_mask(mn))
-                                  : _mm512_setzero_si512();
+                const float *r0 = a + (size_t)k * lda + m0, *r1 = k + 1 < K ? r0 + lda : NULL;
+                __m512i p = k < K ? pairs_of_two_rows(r0, r1, mm) : _mm512_setzero_si512();
                 _mm512_storeu_si512((void *)t[kk], p);
+                if (sums && k < K) {                /* in k order: row k, then row k+1 */
+                    __m512 x = _mm512_maskz_loadu_ps(mm, r0);
+                    s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+                    s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+                    if (r1) {
+                        x = _mm512_maskz_loadu_ps(mm, r1);
+                        s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+                        s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+                    }
+                }
             }
             for (int m = 0; m < mn; m++)
                 for (int kk = 0; kk < kn; kk++) d32[(size_t)(m0 + m) * kl2 + kk0 + kk] = t[kk][m];
+        }
+        if (sums) {
+            double part[16];
+            _mm512_storeu_pd(part, s_lo);
+            _mm512_storeu_pd(part + 8, s_hi);
+            for (int m = 0; m < mn; m++) sums[m0 + m] += part[m];
         }
     }
 }
@@ -197,12 +216,15 @@ FAST_TARGET static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb
 }
 #endif
 
-static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, int K, int k0, int kl) {
+/* A rows [0, M), columns [k0, k0 + kl) -> dst (Mp, kl); sums (M), when non-NULL, += the
+ * fp32 values of each row in k order. */
+static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, int K, int k0, int kl,
+                   double *sums) {
     const int mp = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
     if (mp > M) memset(dst + (size_t)M * kl, 0, (size_t)(mp - M) * kl * sizeof *dst);
 #ifdef MHA_BF16_X86
     if (mha_bf16_fast()) {
-        pack_a_fast(dst, a, lda, trans_a, M, K, k0, kl);
+        pack_a_fast(dst, a, lda, trans_a, M, K, k0, kl, sums);
         return;
     }
 #endif
@@ -211,13 +233,16 @@ static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, i
             int kg = k0 + k;
             float v = kg < K ? (trans_a ? a[(size_t)kg * lda + m] : a[(size_t)m * lda + kg]) : 0.0f;
             dst[(size_t)m * kl + k] = mha_bf16_round(v);
+            if (sums && kg < K) sums[m] += v;
         }
 }
 
 /* ------------------------------------------------------------------ micro-kernels */
 
-/* c (mr x nr, stride ldc) += a (MR rows of kp2 pairs, row stride 2 kp2) @ b (kp2, NR, 2). */
-static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr) {
+/* c (mr x nr, stride ldc) = start + a (MR rows of kp2 pairs, row stride 2 kp2) @ b (kp2, NR, 2);
+ * start = c when bias == NULL && add, bias (nr) broadcast when bias, zeros otherwise. */
+static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
+                            int add, const float *bias) {
     float acc[MHA_BF16_MR][MHA_BF16_NR];
     memset(acc, 0, sizeof acc);
     for (int kk = 0; kk < kp2; kk++) {
@@ -233,11 +258,15 @@ static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float
         }
     }
     for (int m = 0; m < mr; m++)
-        for (int j = 0; j < nr; j++) c[(size_t)m * ldc + j] += acc[m][j];
+        for (int j = 0; j < nr; j++) {
+            float *cj = c + (size_t)m * ldc + j;
+            *cj = (add ? *cj : (bias ? bias[j] : 0.0f)) + acc[m][j];
+        }
 }
 
 #ifdef MHA_BF16_X86
-FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr) {
+FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
+                                    int add, const float *bias) {
     __m512 acc0[MHA_BF16_MR], acc1[MHA_BF16_MR];
 #pragma GCC unroll 8
     for (int m = 0; m < MHA_BF16_MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
@@ -255,12 +284,18 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp
     }
     const __mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
     const __mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : (nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0);
+    const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias && k1 ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int m = 0; m < MHA_BF16_MR; m++) {
         if (m >= mr) break;
         float *cr = c + (size_t)m * ldc;
-        _mm512_mask_storeu_ps(cr, k0, _mm512_add_ps(_mm512_maskz_loadu_ps(k0, cr), acc0[m]));
-        if (k1) _mm512_mask_storeu_ps(cr + 16, k1, _mm512_add_ps(_mm512_maskz_loadu_ps(k1, cr + 16), acc1[m]));
+        __m512 s0 = add ? _mm512_maskz_loadu_ps(k0, cr) : bias0;
+        _mm512_mask_storeu_ps(cr, k0, _mm512_add_ps(s0, acc0[m]));
+        if (k1) {
+            __m512 s1 = add ? _mm512_maskz_loadu_ps(k1, cr + 16) : bias1;
+            _mm512_mask_storeu_ps(cr + 16, k1, _mm512_add_ps(s1, acc1[m]));
+        }
     }
 }
 #endif
@@ -268,31 +303,50 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp
 /* ------------------------------------------------------------------ the product */
 
 void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
-                   const uint16_t *packed_b, float *c, int ldc, uint16_t *scratch) {
-    if (M <= 0 || N <= 0 || K <= 0) return;
+                   const uint16_t *packed_b, float *c, int ldc, int accumulate, const float *bias,
+                   float *a_row_sums, uint16_t *scratch) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {                                            /* C = start + nothing */
+        if (!accumulate)
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) c[(size_t)m * ldc + n] = bias ? bias[n] : 0.0f;
+        return;
+    }
     const int kp = (K + 1) & ~1;
     const size_t panel = (size_t)kp * MHA_BF16_NR;          /* elements per panel of B */
     const int np = mha_bf16_panels(N);
     const int fast = mha_bf16_fast();
+    const int mp = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
+    double *sums = NULL;                                     /* (Mp) at the start of scratch */
+    uint16_t *ap_all = scratch;
+    if (a_row_sums) {
+        sums = (double *)(void *)scratch;
+        memset(sums, 0, (size_t)M * sizeof *sums);
+        ap_all = scratch + (size_t)mp * (sizeof(double) / sizeof(uint16_t));
+    }
     for (int k0 = 0; k0 < kp; k0 += MHA_BF16_KC) {
         const int kl = kp - k0 < MHA_BF16_KC ? kp - k0 : MHA_BF16_KC;
-        pack_a(scratch, a, lda, trans_a, M, K, k0, kl);      /* scratch (Mp, kl) */
+        const int add = accumulate || k0 > 0;                /* the first depth block sets C */
+        pack_a(ap_all, a, lda, trans_a, M, K, k0, kl, sums); /* (Mp, kl) */
         for (int p = 0; p < np; p++) {
             const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
             const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+            const float *bias_p = !add && bias ? bias + n0 : NULL;
             for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
                 const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
-                const uint16_t *ap = scratch + (size_t)m0 * kl;
+                const uint16_t *ap = ap_all + (size_t)m0 * kl;
                 float *cp = c + (size_t)m0 * ldc + n0;
 #ifdef MHA_BF16_X86
                 if (fast) {
-                    kernel_fast(ap, bp, kl / 2, cp, ldc, mr, nr);
+                    kernel_fast(ap, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
                     continue;
                 }
 #endif
                 (void)fast;
-                kernel_portable(ap, bp, kl / 2, cp, ldc, mr, nr);
+                kernel_portable(ap, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
             }
         }
     }
+    if (a_row_sums)
+        for (int m = 0; m < M; m++) a_row_sums[m] += (float)sums[m];
 }

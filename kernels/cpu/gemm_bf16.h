@@ -46,10 +46,15 @@ static inline int mha_bf16_panels(int N) { return (N + MHA_BF16_NR - 1) / MHA_BF
 
 /* Scratch elements (uint16_t) one mha_bf16_gemm call needs for M rows. */
 size_t mha_bf16_scratch_elems(int M);
-/* C (M, N) (row stride ldc) += A (M, K) @ B, B packed by mha_bf16_pack_b for (K, N).
- * A(m, k) = a[m * lda + k], or a[k * lda + m] when trans_a. Single-threaded; scratch holds
- * mha_bf16_scratch_elems(M) elements (any alignment of uint16_t). */
+/* C (M, N) (row stride ldc) = start + A (M, K) @ B, B packed by mha_bf16_pack_b for (K, N);
+ * start is C itself when accumulate, else bias (N) broadcast over the rows (zeros when bias
+ * is NULL; C's old contents are then never read). A(m, k) = a[m * lda + k], or
+ * a[k * lda + m] when trans_a. a_row_sums (M) may be NULL; otherwise a_row_sums[m] +=
+ * the sum over k of the fp32 A(m, k), in double in k order (a linear layer's bias gradient
+ * when A = dout^T, fused into the pass that packs A). Single-threaded; scratch holds
+ * mha_bf16_scratch_elems(M) elements, 8-byte aligned. */
 void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
-                   const uint16_t *packed_b, float *c, int ldc, uint16_t *scratch);
+                   const uint16_t *packed_b, float *c, int ldc, int accumulate, const float *bias,
+                   float *a_row_sums, uint16_t *scratch);
 
 #endif

@@ -81,12 +81,8 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
         int n0, n1;
         mha_split_rows(N, blk, nb, MHA_BF16_MR, &n0, &n1);
         if (n1 <= n0) continue;
-        for (int n = n0; n < n1; n++) {
-            if (bias) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
-            else memset(out + (size_t)n * OC, 0, (size_t)OC * sizeof *out);
-        }
         mha_bf16_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, 0, wp, out + (size_t)n0 * OC, OC,
-                      thread_scratch(n1 - n0));
+                      0, bias, NULL, thread_scratch(n1 - n0));
     }
 }
 
@@ -117,15 +113,16 @@ void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float 
             mha_split_rows(N, task, nbx, MHA_BF16_MR, &lo, &hi);
             if (hi > lo)
                 mha_bf16_gemm(hi - lo, IC, OC, dout + (size_t)lo * OC, OC, 0, wp, dinp + (size_t)lo * IC, IC,
-                              thread_scratch(hi - lo));
+                              1, NULL, NULL, thread_scratch(hi - lo));
         } else {
-            /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
+            /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); dbias (OC) += the row sums of
+             * dout^T, taken while packing it */
             mha_split_rows(OC, task - nbx, nbw, MHA_BF16_MR, &lo, &hi);
             if (hi > lo)
                 mha_bf16_gemm(hi - lo, IC, N, dout + lo, OC, 1, ip, dw + (size_t)lo * IC, IC,
-                              thread_scratch(hi - lo));
+                              1, NULL, dbias ? dbias + lo : NULL, thread_scratch(hi - lo));
         }
     }
-    /* dbias (OC) += column sums of dout (fp32, as the fp32 layer) */
-    if (dbias) mha_colsum_acc_f32(dbias, dout, N, OC);
+    /* without dw, dbias (OC) += column sums of dout on their own (same order: double, rows in order) */
+    if (dbias && !dw) mha_colsum_acc_f32(dbias, dout, N, OC);
 }

@@ -15,6 +15,8 @@
  *  3. mha_linear_forward_bf16 / mha_linear_backward_bf16 (both paths, 1 and 2 OpenMP threads,
  *     a size above MHA_GEMM_PAR_MIN and a small one) against mha_linear_*_f64 on rounded
  *     copies; gradients accumulate; NULL dinp / NULL dbias; 1 vs 2 threads bit-identical.
+ *     Also C = bias + A @ B ignoring C's old contents (accumulate = 0) and the fused row sums
+ *     of A (a linear layer's bias gradient), bit-exact.
  *  4. mha_cpu_backend_bf16: NULL exactly when the fast path is unavailable, else the fp32
  *     table with bf16 = 1 and the two linear entries replaced.
  *
@@ -277,7 +279,7 @@ static void run_gemm(int portable, int M, int N, int K, const float *a, int lda,
     mha_bf16_pack_b(packed, b, ldb, tb, K, N, 0, np / 2);   /* two disjoint panel ranges */
     mha_bf16_pack_b(packed, b, ldb, tb, K, N, np / 2, np);
     *pack_bad += pack_mismatches(packed, b, ldb, tb, K, N);
-    mha_bf16_gemm(M, N, K, a, lda, ta, packed, c, ldc, scratch);
+    mha_bf16_gemm(M, N, K, a, lda, ta, packed, c, ldc, 1, NULL, NULL, scratch);
     free(packed);
     free(scratch);
     mha_bf16_force_portable(0);
@@ -373,9 +375,9 @@ static void test_gemm(void) {
         memset(packed, 0, (mha_bf16_packed_b_elems(2, 2) + 64) * sizeof *packed);
         for (int path = have_fast ? 0 : 1; path < 2; path++) {
             mha_bf16_force_portable(path);
-            mha_bf16_gemm(0, 2, 2, a, 2, 0, packed, c, 2, scratch);
-            mha_bf16_gemm(2, 0, 2, a, 2, 0, packed, c, 2, scratch);
-            mha_bf16_gemm(2, 2, 0, a, 2, 0, packed, c, 2, scratch);
+            mha_bf16_gemm(0, 2, 2, a, 2, 0, packed, c, 2, 1, NULL, NULL, scratch);
+            mha_bf16_gemm(2, 0, 2, a, 2, 0, packed, c, 2, 1, NULL, NULL, scratch);
+            mha_bf16_gemm(2, 2, 0, a, 2, 0, packed, c, 2, 1, NULL, NULL, scratch);
         }
         mha_bf16_force_portable(0);
         empty_ok = c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4;
@@ -525,12 +527,71 @@ static void test_backend(void) {
     expect("backend_bf16: omp threads set to 2", omp_get_max_threads() == 2);
 }
 
+/* The start of C and the row sums of A: accumulate = 0 with a bias (and without) must ignore
+ * C's old contents (NaN here) and give bias + A @ B; a_row_sums[m] += the double sum over k of
+ * the fp32 A(m, k), in k order, rounded once: bit-identical to that computed here. Both
+ * paths, both layouts of A, K over several depth blocks and K odd. */
+static void test_gemm_start_and_sums(void) {
+    static const Size cases[] = {{13, 40, 600}, {9, 33, 7}, {24, 70, 256}};
+    for (int portable = 0; portable < 2; portable++) {
+        if (!portable && !have_fast) {
+            printf("%-58s skipped (no AVX512_BF16)\n", "gemm start/bias/row sums, fast path");
+            continue;
+        }
+        double worst = 0, worst_tol = 1;
+        long sums_bad = 0, nan_seen = 0;
+        for (int cs = 0; cs < 3; cs++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    const int M = cases[cs].M, N = cases[cs].N, K = cases[cs].K;
+                    const int lda = ta ? M : K;
+                    float *a = xmalloc((size_t)M * K * sizeof *a), *b = xmalloc((size_t)K * N * sizeof *b);
+                    float *c = xmalloc((size_t)M * N * sizeof *c), *bias = xmalloc((size_t)N * sizeof *bias);
+                    float *rs = xmalloc((size_t)M * sizeof *rs), *rs0 = xmalloc((size_t)M * sizeof *rs0);
+                    for (int i = 0; i < M * K; i++) a[i] = gen();
+                    for (int i = 0; i < K * N; i++) b[i] = gen();
+                    for (int i = 0; i < N; i++) bias[i] = gen();
+                    for (int i = 0; i < M * N; i++) c[i] = u2f(0x7fc00000u);
+                    for (int m = 0; m < M; m++) rs[m] = rs0[m] = gen();
+                    mha_bf16_force_portable(portable);
+                    uint16_t *packed = u16_aligned(mha_bf16_packed_b_elems(K, N)), *scratch = u16_aligned(mha_bf16_scratch_elems(M));
+                    mha_bf16_pack_b(packed, b, N, 0, K, N, 0, mha_bf16_panels(N));
+                    mha_bf16_gemm(M, N, K, a, lda, ta, packed, c, N, 0, with_bias ? bias : NULL, rs, scratch);
+                    mha_bf16_force_portable(0);
+                    double num = 0, den = 0;
+                    for (int m = 0; m < M; m++) {
+                        double sum = 0;
+                        for (int k = 0; k < K; k++) sum += ta ? a[(size_t)k * lda + m] : a[(size_t)m * lda + k];
+                        float want = rs0[m] + (float)sum;
+                        sums_bad += f2u(rs[m]) != f2u(want);
+                        for (int n = 0; n < N; n++) {
+                            double ref = with_bias ? bias[n] : 0.0;
+                            for (int k = 0; k < K; k++)
+                                ref += (double)rb(ta ? a[(size_t)k * lda + m] : a[(size_t)m * lda + k]) * rb(b[(size_t)k * N + n]);
+                            double got = c[(size_t)m * N + n];
+                            nan_seen += isnan(got);
+                            if (fabs(got - ref) > num || isnan(got)) num = isnan(got) ? INFINITY : fabs(got - ref);
+                            if (fabs(ref) > den) den = fabs(ref);
+                        }
+                    }
+                    double e = num / den;
+                    if (e / tol_k(K) > worst / worst_tol) worst = e, worst_tol = tol_k(K);
+                    free(a), free(b), free(c), free(bias), free(rs), free(rs0), free(packed), free(scratch);
+                }
+        result(portable ? "gemm C = bias + A@B (old C NaN), portable" : "gemm C = bias + A@B (old C NaN), fast",
+               worst, worst_tol);
+        expect(portable ? "gemm row sums of A bit-exact, portable" : "gemm row sums of A bit-exact, fast",
+               sums_bad == 0 && nan_seen == 0);
+    }
+}
+
 int main(void) {
     mha_bf16_force_portable(0);
     have_fast = mha_bf16_fast();
     printf("AVX512_BF16 fast path: %s\n", have_fast ? "yes" : "no (fast-path checks skipped)");
     test_round();
     test_gemm();
+    test_gemm_start_and_sums();
     for (int portable = 0; portable < 2; portable++) {
         test_linear(portable, 300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
         test_linear(portable, 13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
