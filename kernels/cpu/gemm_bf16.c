@@ -145,6 +145,30 @@ static inline __mmask16 first_mask(int n) {
     return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
 }
 
+/* In-register transpose of a 16 x 16 matrix of dwords: r[i] element j -> r[j] element i.
+ * Dwords interleaved in pairs of rows, then qwords, then 128-bit lanes (two steps). */
+FAST_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);       /* lane L: r_i[4L], r_i+1[4L], ...[4L+1] */
+        a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);   /* ... columns 4L+2, 4L+3 */
+    }
+    for (int g = 0; g < 4; g++) {                           /* b[4g+c] lane L: rows 4g..4g+3, column 4L+c */
+        b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+        b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i d0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x88), d1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xdd);
+        __m512i e0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x88), e1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_i32x4(d0, e0, 0x88);          /* column c: lanes L = 0 of the four groups */
+        r[4 + c] = _mm512_shuffle_i32x4(d1, e1, 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(d0, e0, 0xdd);
+        r[12 + c] = _mm512_shuffle_i32x4(d1, e1, 0xdd);
+    }
+}
+
 /* A rows [0, M), columns [k0, k0 + kl) -> dst (Mp, kl); sums (M) += row sums when non-NULL. */
 FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int trans_a,
                                     int M, int K, int k0, int kl, double *sums) {
@@ -170,12 +194,15 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
         __m512d s_lo = _mm512_setzero_pd(), s_hi = _mm512_setzero_pd();   /* sums of m0..m0+15 */
         for (int kk0 = 0; kk0 < kl2; kk0 += 16) {
             const int kn = kl2 - kk0 < 16 ? kl2 - kk0 : 16;
-            uint32_t t[16][16];                     /* (kk, m) */
-            for (int kk = 0; kk < kn; kk++) {
+            __m512i t[16];                          /* row kk: the 16 m's pair dwords */
+            for (int kk = 0; kk < 16; kk++) {
                 const int k = k0 + 2 * (kk0 + kk);
+                if (kk >= kn || k >= K) {
+                    t[kk] = _mm512_setzero_si512();
+                    continue;
+                }
                 const float *r0 = a + (size_t)k * lda + m0, *r1 = k + 1 < K ? r0 + lda : NULL;
-                __m512i p = k < K ? pairs_of_two_rows(r0, r1, mm) : _mm512_setzero_si512();
-                _mm512_storeu_si512((void *)t[kk], p);
+                t[kk] = pairs_of_two_rows(r0, r1, mm);
                 if (sums && k < K) {                /* in k order: row k, then row k+1 */
                     __m512 x = _mm512_maskz_loadu_ps(mm, r0);
                     s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
@@ -187,8 +214,9 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
                     }
                 }
             }
+            transpose16(t);                         /* now t[m]: row m's 16 kk dwords */
             for (int m = 0; m < mn; m++)
-                for (int kk = 0; kk < kn; kk++) d32[(size_t)(m0 + m) * kl2 + kk0 + kk] = t[kk][m];
+                _mm512_mask_storeu_epi32(d32 + (size_t)(m0 + m) * kl2 + kk0, first_mask(kn), t[m]);
         }
         if (sums) {
             double part[16];
