@@ -8,7 +8,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/layers_f32.h"
-#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/layers_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include <stdio.h>
 
@@ -147,6 +147,10 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
     table.bf16 = 1;
     table.linear_forward = mha_linear_forward_bf16;
     table.linear_backward = mha_linear_backward_bf16;
+    table.attention_forward_math = mha_attention_forward_math_bf16;
+    table.attention_backward_math = mha_attention_backward_math_bf16;
+    table.attention_forward_fused = mha_attention_forward_fused_bf16;
+    table.attention_backward_fused = mha_attention_backward_fused_bf16;
     return &table;
 }
 

@@ -6,6 +6,7 @@
  * broadcasts one (a[2kk], a[2kk+1]) dword per row into vdpbf16ps. A is packed per call in
  * blocks of MHA_BF16_KC columns so a panel of B (KC x 32 bf16, 16 KiB) stays in L1 while
  * every row block of A passes over it. The portable path runs the same loops in C. */
+#include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -377,4 +378,41 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
     }
     if (a_row_sums)
         for (int m = 0; m < M; m++) a_row_sums[m] += (float)sums[m];
+}
+
+/* ------------------------------------------------------------------ cblas-like entry */
+
+/* One thread's packing buffers, grown on demand and kept (a thread's step allocates nothing
+ * once warm). */
+static _Thread_local uint16_t *tl_packed, *tl_scratch;
+static _Thread_local size_t tl_packed_cap, tl_scratch_cap;
+
+static uint16_t *tl_buffer(uint16_t **p, size_t *cap, size_t elems) {
+    if (elems > *cap) {
+        free(*p);
+        *p = aligned_alloc(64, (elems * sizeof **p + 63) & ~(size_t)63);
+        *cap = *p ? elems : 0;
+    }
+    return *p;
+}
+
+void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b,
+                    int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                    float beta, float *c, int ldc) {
+    const int accumulate = beta == 1.0f && alpha == 1.0f;
+    uint16_t *packed = NULL, *scratch = NULL;
+    if (order == CblasRowMajor && (beta == 0.0f || accumulate) && M > 0 && N > 0) {
+        packed = tl_buffer(&tl_packed, &tl_packed_cap, mha_bf16_packed_b_elems(K, N));
+        scratch = tl_buffer(&tl_scratch, &tl_scratch_cap, mha_bf16_scratch_elems(M));
+    }
+    if (!packed || !scratch) {   /* not a case this path covers, or out of memory: fp32 */
+        cblas_sgemm(order, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    const int tb = trans_b != CblasNoTrans;
+    mha_bf16_pack_b(packed, b, ldb, tb, K, N, 0, mha_bf16_panels(N));
+    mha_bf16_gemm(M, N, K, a, lda, trans_a != CblasNoTrans, packed, c, ldc, accumulate, NULL, NULL, scratch);
+    if (!accumulate && alpha != 1.0f)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) c[(size_t)m * ldc + n] *= alpha;
 }

@@ -57,4 +57,13 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
                    const uint16_t *packed_b, float *c, int ldc, int accumulate, const float *bias,
                    float *a_row_sums, uint16_t *scratch);
 
+/* cblas_sgemm's row-major contract with bf16 products (the attention's products in the CPU
+ * backend's mixed precision): C = alpha A B + beta C for beta 0 (C not read) or for
+ * alpha = beta = 1; other combinations go to cblas_sgemm in fp32. Packs into per-thread
+ * buffers, so OpenMP threads may call it concurrently. `order` must be CblasRowMajor. */
+#include <cblas.h>
+void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b,
+                    int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                    float beta, float *c, int ldc);
+
 #endif

@@ -1,6 +1,6 @@
 /* kernels/cpu/layers_f32.c: instantiates layers_impl.h for float (the CPU backend):
  * cblas_sgemm, and vectorisable polynomial exp and erf (cpu_common.h) in the softmax and
- * GELU loops. */
+ * GELU loops; and its attention section once more with bf16 products (mixed precision). */
 /* GCC does not if-convert float selects (the clamps in mha_expf/mha_erff) under its default
  * -ftrapping-math, which keeps those loops scalar. Nothing here reads FP exception flags,
  * so trapping math is off for this file (clang's default already). It must precede every
@@ -24,6 +24,17 @@
 /* Compute-bound helpers also get an AVX2/FMA clone, picked at load time (GCC on x86-64
  * Linux); the build itself targets baseline x86-64. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define MHA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MHA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
+#include "kernels/cpu/layers_impl.h"
+
+/* The attention again, its products in bf16 (mha_sgemm_bf16): mha_attention_*_bf16, used by
+ * the mixed-precision table (mha_cpu_backend_bf16). Softmax and its statistics stay fp32. */
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/layers_bf16.h"
+#undef FN
+#undef ATT_GEMM
+#define FN(name) mha_##name##_bf16
+#define ATT_GEMM mha_sgemm_bf16
+#define MHA_LAYERS_ATTENTION_ONLY
 #include "kernels/cpu/layers_impl.h"

@@ -4,6 +4,8 @@
  *   REAL              float or double
  *   FN(name)          the exported (suffixed) name of op `name`
  *   GEMM              cblas_sgemm or cblas_dgemm
+ *   ATT_GEMM          (optional, default GEMM) the attention's products, e.g. mha_sgemm_bf16
+ *   MHA_LAYERS_ATTENTION_ONLY  (optional) instantiate the attention ops alone
  *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
  *   MHA_CLONES        (optional) a function attribute for the compute-bound row/range
  *                     helpers, e.g. target_clones for a wider instruction set
@@ -22,6 +24,9 @@
 
 #ifndef MHA_CLONES
 #define MHA_CLONES
+#endif
+#ifndef ATT_GEMM
+#define ATT_GEMM GEMM
 #endif
 #define MHA_ATT_BQ 64      /* query rows per block in the fused attention */
 #define MHA_CHUNK 16       /* channels per task in column reductions (one cache line of floats) */
@@ -51,6 +56,7 @@ static inline size_t FN(stride64)(size_t n) {
     return (n + per - 1) / per * per;
 }
 
+#ifndef MHA_LAYERS_ATTENTION_ONLY
 /* dst (C) += column sums of src (N, C); double accumulation, parallel over channel chunks,
  * so the result does not depend on the number of threads. */
 void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
@@ -354,6 +360,8 @@ void FN(dropout_backward)(REAL *dinp, const REAL *dout, size_t n, REAL p,
     FN(dropout_apply)(dinp, dout, n, p, seed, offset, 1);
 }
 
+#endif /* MHA_LAYERS_ATTENTION_ONLY */
+
 /* =============================== attention ===============================
  * Per (b, h): q, k, v are (T, HS) views of qkv with row stride 3C; y a (T, HS) view of
  * out with row stride C. L = lengths[b] (clamped); rows/keys >= L are padding. */
@@ -451,7 +459,7 @@ void FN(attention_forward_math)(REAL *out, REAL *att, const REAL *qkv, const int
         const REAL *k = q + C, *v = q + 2 * C;
         REAL *y = out + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
         if (L > 0)   /* A[:L, :L] = scale * q k^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, scale, q, C3, k, C3, 0, A, T);
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, scale, q, C3, k, C3, 0, A, T);
         for (int i = 0; i < L; i++)
             FN(softmax_row)(A + (size_t)i * T, causal ? i + 1 : L, T, 1, 0, 0, 0);
         if (L < T) memset(A + (size_t)L * T, 0, (size_t)(T - L) * T * sizeof(REAL));
@@ -468,7 +476,7 @@ void FN(attention_forward_math)(REAL *out, REAL *att, const REAL *qkv, const int
             ldp = L;
         }
         /* y[:L] (L, HS) = P' (L, L) @ v[:L] (L, HS) */
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, P, ldp, v, C3, 0, y, C);
+        ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, P, ldp, v, C3, 0, y, C);
     }
     mha_blas_parallel_leave(blas);
 }
@@ -497,7 +505,7 @@ void FN(attention_backward_math)(REAL *dqkv, REAL *datt, const REAL *dout, const
         REAL *dk = dq + C, *dv = dq + 2 * C;
         const REAL *dy = dout + (size_t)b * T * C + (size_t)h * HS;   /* (T, HS), stride C */
         /* dP' (L, L) = dy (L, HS) @ v^T */
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, 1, dy, C, v, C3, 0, dA, T);
+        ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, HS, 1, dy, C, v, C3, 0, dA, T);
         /* dv (L, HS) += P'^T (L, L) @ dy (L, HS) */
         const REAL *P = A;
         int ldp = T;
@@ -509,7 +517,7 @@ void FN(attention_backward_math)(REAL *dqkv, REAL *datt, const REAL *dout, const
             P = Pd;
             ldp = L;
         }
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, P, ldp, dy, C, 1, dv, C3);
+        ATT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, P, ldp, dy, C, 1, dv, C3);
         /* dP = dropout backward of dP';  dS = P * (dP - rowsum(dP * P)) * scale */
         for (int i = 0; i < L; i++) {
             REAL *dr = dA + (size_t)i * T;
@@ -518,8 +526,8 @@ void FN(attention_backward_math)(REAL *dqkv, REAL *datt, const REAL *dout, const
             FN(softmax_bwd_row)(dr, A + (size_t)i * T, n, L, scale);
         }
         /* dq (L, HS) += dS (L, L) @ k;  dk (L, HS) += dS^T @ q */
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, dA, T, k, C3, 1, dq, C3);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, dA, T, q, C3, 1, dk, C3);
+        ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, HS, L, 1, dA, T, k, C3, 1, dq, C3);
+        ATT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, L, HS, L, 1, dA, T, q, C3, 1, dk, C3);
     }
     mha_blas_parallel_leave(blas);
 }
@@ -553,7 +561,7 @@ void FN(attention_forward_fused)(REAL *out, REAL *lse, const REAL *qkv, const in
             const int bq = L - i0 < MHA_ATT_BQ ? L - i0 : MHA_ATT_BQ;
             const int kend = causal ? i0 + bq : L;
             /* S (bq, kend) = scale * q[i0:i0+bq] @ k[:kend]^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale,
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale,
                  q + (size_t)i0 * C3, C3, k, C3, 0, S, kend);
             /* S -> P' = dropout(softmax(S)) row by row */
             for (int r = 0; r < bq; r++) {
@@ -562,7 +570,7 @@ void FN(attention_forward_fused)(REAL *out, REAL *lse, const REAL *qkv, const in
                                         thr ? dscale : 1, thr, seed, ((uint64_t)bh * T + i) * T);
             }
             /* y[i0:i0+bq] (bq, HS) = P' (bq, kend) @ v[:kend] (kend, HS) */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, S, kend, v, C3, 0,
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, S, kend, v, C3, 0,
                  y + (size_t)i0 * C, C);
         }
     }
@@ -600,9 +608,9 @@ void FN(attention_backward_fused)(REAL *dqkv, const REAL *dout, const REAL *out,
             const int kend = causal ? i0 + bq : L;
             const REAL *qb = q + (size_t)i0 * C3, *dyb = dy + (size_t)i0 * C;
             /* S (bq, kend) = scale * qb @ k^T;  dS (bq, kend) = dyb @ v^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale, qb, C3, k, C3, 0,
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, scale, qb, C3, k, C3, 0,
                  S, kend);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, 1, dyb, C, v, C3, 0,
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, bq, kend, HS, 1, dyb, C, v, C3, 0,
                  dS, kend);
             for (int r = 0; r < bq; r++) {
                 const int i = i0 + r;
@@ -615,17 +623,18 @@ void FN(attention_backward_fused)(REAL *dqkv, const REAL *dout, const REAL *out,
                                   seed, ((uint64_t)bh * T + i) * T);
             }
             /* dv[:kend] += P'^T @ dyb;  dq[i0:] += dS @ k[:kend];  dk[:kend] += dS^T @ qb */
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, S, kend, dyb, C, 1,
+            ATT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, S, kend, dyb, C, 1,
                  dv, C3);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, dS, kend, k, C3, 1,
+            ATT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, kend, 1, dS, kend, k, C3, 1,
                  dq + (size_t)i0 * C3, C3);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, dS, kend, qb, C3, 1,
+            ATT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HS, bq, 1, dS, kend, qb, C3, 1,
                  dk, C3);
         }
     }
     mha_blas_parallel_leave(blas);
 }
 
+#ifndef MHA_LAYERS_ATTENTION_ONLY
 /* ================================ pooling ================================ */
 
 void FN(pool_forward)(REAL *out, int32_t *argmax, const REAL *inp, const int32_t *lengths,
@@ -730,3 +739,4 @@ void FN(crossentropy)(REAL *losses, REAL *probs, REAL *dlogits, const REAL *logi
         }
     }
 }
+#endif /* MHA_LAYERS_ATTENTION_ONLY */

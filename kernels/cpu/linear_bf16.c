@@ -11,7 +11,7 @@
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/layers_f32.h"
-#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/layers_bf16.h"
 
 /* ---- workspaces: grown on demand, kept for the process (a step allocates nothing) ---- */
 

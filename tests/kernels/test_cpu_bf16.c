@@ -1,5 +1,5 @@
 /* tests/kernels/test_cpu_bf16.c: the mixed-precision CPU path (kernels/cpu/gemm_bf16.h,
- * kernels/cpu/linear_bf16.h) against double references computed on the bf16-ROUNDED inputs,
+ * kernels/cpu/layers_bf16.h) against double references computed on the bf16-ROUNDED inputs,
  * so that what is left to measure is the fp32 accumulation alone.
  *
  *  1. mha_bf16_round on known cases (ties to even both ways, negatives, subnormals to signed
@@ -18,7 +18,9 @@
  *     Also C = bias + A @ B ignoring C's old contents (accumulate = 0) and the fused row sums
  *     of A (a linear layer's bias gradient), bit-exact.
  *  4. mha_cpu_backend_bf16: NULL exactly when the fast path is unavailable, else the fp32
- *     table with bf16 = 1 and the two linear entries replaced.
+ *     table with bf16 = 1 and the linear and attention entries replaced.
+ *  5. the attention with bf16 products (math and fused, padding, causal, dropout) against
+ *     the double kernels, within bf16 rounding (see test_attention).
  *
  * Error: normwise, max|c - ref| / max|ref|. Bound for a product of depth K (see tol_k): the
  * products of two bf16 are exact in fp32, so the only rounding is in the ~K fp32 additions
@@ -38,8 +40,9 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/layers_f64.h"
-#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/layers_bf16.h"
 #include "kernels/rng.h"
+#include "tests/test_util.h"
 
 static int failures = 0;
 static int have_fast = 0;   /* the CPU runs the AVX512-BF16 path */
@@ -514,13 +517,21 @@ static void test_backend(void) {
     expect("backend_bf16 available (fast path on)", mha_bf16_fast());
     const Backend *bf = mha_cpu_backend(2);
     expect("backend_bf16: bf16 = 1 (fp32 table: 0)", bb->bf16 == 1 && bf->bf16 == 0);
-    expect("backend_bf16: linear entries are the bf16 ones",
-           bb->linear_forward == mha_linear_forward_bf16 && bb->linear_backward == mha_linear_backward_bf16);
+    expect("backend_bf16: linear and attention entries are the bf16 ones",
+           bb->linear_forward == mha_linear_forward_bf16 && bb->linear_backward == mha_linear_backward_bf16 &&
+           bb->attention_forward_math == mha_attention_forward_math_bf16 &&
+           bb->attention_backward_math == mha_attention_backward_math_bf16 &&
+           bb->attention_forward_fused == mha_attention_forward_fused_bf16 &&
+           bb->attention_backward_fused == mha_attention_backward_fused_bf16);
     /* everything else is the fp32 table's: the name and every pointer from alloc on, with the
-     * two linear entries blanked in copies (no padding after alloc: all pointers) */
+     * six product entries blanked in copies (no padding after alloc: all pointers) */
     Backend x = *bb, y = *bf;
     x.linear_forward = y.linear_forward = NULL;
     x.linear_backward = y.linear_backward = NULL;
+    x.attention_forward_math = y.attention_forward_math = NULL;
+    x.attention_backward_math = y.attention_backward_math = NULL;
+    x.attention_forward_fused = y.attention_forward_fused = NULL;
+    x.attention_backward_fused = y.attention_backward_fused = NULL;
     const size_t from = offsetof(Backend, alloc);
     expect("backend_bf16: other entries equal mha_cpu_backend's",
            x.name == y.name && memcmp((char *)&x + from, (char *)&y + from, sizeof(Backend) - from) == 0);
@@ -585,6 +596,63 @@ static void test_gemm_start_and_sums(void) {
     }
 }
 
+/* ============================= 5. the attention =============================
+ * mha_attention_*_bf16 (the attention section of layers_impl.h over mha_sgemm_bf16) against
+ * the double kernels: the inputs of all products are rounded to bf16 (q, k, v, dy, and the
+ * probabilities and dS between the products), so unlike the GEMM no exact double reference
+ * exists; the bound is bf16's: each rounding is at most 2^-9 relative, and a handful of
+ * them in a row give normwise errors of a few 1e-3. 2e-2 leaves room for that while a wrong
+ * index, a lost block or a missing scale gives O(1). A check that the error is above 1e-5
+ * shows bf16 is really used. Padding (lengths < T, one example empty), causal, dropout. */
+static void test_attention(void) {
+    if (!have_fast) {
+        printf("%-58s skipped (no AVX512_BF16)\n", "attention bf16");
+        return;
+    }
+    const int B = 3, T = 70, NH = 4, HS = 32, C = NH * HS, C3 = 3 * C;
+    const int32_t lengths[3] = {70, 41, 0};
+    const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = xmalloc(nqkv * sizeof *qkv), *dout = xmalloc(nout * sizeof *dout);
+    double *qkvd = xmalloc(nqkv * sizeof *qkvd), *doutd = xmalloc(nout * sizeof *doutd);
+    for (size_t i = 0; i < nqkv; i++) qkvd[i] = qkv[i] = 2.0f * gen();
+    for (size_t i = 0; i < nout; i++) doutd[i] = dout[i] = gen();
+    for (int variant = 0; variant < 4; variant++) {
+        const int causal = variant & 1;
+        const float p = variant & 2 ? 0.1f : 0.0f;
+        const uint64_t seed = 77;
+        /* double reference (math path) */
+        double *outd = xmalloc(nout * sizeof *outd), *attd = xmalloc(natt * sizeof *attd);
+        double *dattd = xmalloc(natt * sizeof *dattd), *dqkvd = calloc(nqkv, sizeof *dqkvd);
+        mha_attention_forward_math_f64(outd, attd, qkvd, lengths, B, T, C, NH, causal, p, seed);
+        mha_attention_backward_math_f64(dqkvd, dattd, doutd, qkvd, attd, lengths, B, T, C, NH, causal, p, seed);
+        for (int fused = 0; fused < 2; fused++) {
+            float *out = xmalloc(nout * sizeof *out), *dqkv = calloc(nqkv, sizeof *dqkv);
+            float *att = xmalloc(natt * sizeof *att), *datt = xmalloc(natt * sizeof *datt);
+            float *lse = xmalloc((size_t)B * NH * T * sizeof *lse);
+            for (size_t i = 0; i < nout; i++) out[i] = u2f(0x7fc00000u);
+            if (fused) {
+                mha_attention_forward_fused_bf16(out, lse, qkv, lengths, B, T, C, NH, causal, p, seed);
+                mha_attention_backward_fused_bf16(dqkv, dout, out, qkv, lse, lengths, B, T, C, NH, causal, p, seed);
+            } else {
+                mha_attention_forward_math_bf16(out, att, qkv, lengths, B, T, C, NH, causal, p, seed);
+                mha_attention_backward_math_bf16(dqkv, datt, dout, qkv, att, lengths, B, T, C, NH, causal, p, seed);
+            }
+            char what[96];
+            double eo = rel_err_f_d(out, outd, nout), eg = rel_err_f_d(dqkv, dqkvd, nqkv);
+            snprintf(what, sizeof what, "attention bf16 %s%s%s forward", fused ? "fused" : "math",
+                     causal ? " causal" : "", p > 0 ? " dropout" : "");
+            result(what, eo, 2e-2);
+            snprintf(what, sizeof what, "attention bf16 %s%s%s backward dqkv", fused ? "fused" : "math",
+                     causal ? " causal" : "", p > 0 ? " dropout" : "");
+            result(what, eg, 2e-2);
+            expect("  ... and not fp32 (err > 1e-5)", eo > 1e-5 && eg > 1e-5);
+            free(out), free(dqkv), free(att), free(datt), free(lse);
+        }
+        free(outd), free(attd), free(dattd), free(dqkvd);
+    }
+    free(qkv), free(dout), free(qkvd), free(doutd);
+}
+
 int main(void) {
     mha_bf16_force_portable(0);
     have_fast = mha_bf16_fast();
@@ -596,6 +664,7 @@ int main(void) {
         test_linear(portable, 300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
         test_linear(portable, 13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
     }
+    test_attention();
     test_backend();
     if (failures) {
         printf("%d checks FAILED\n", failures);
