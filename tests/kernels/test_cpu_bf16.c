@@ -111,25 +111,6 @@ static float gen(void) {
 static void fill(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = gen();
 }
-static double nerr(const float *a, const double *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;   /* a NaN anywhere: inf */
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-static double nerr_ff(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
-        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 /* ================================ 1. rounding ================================ */
 
 /* Independent reference: the nearer of the two bf16 neighbours of x by value (ties to the
@@ -349,13 +330,13 @@ static void test_gemm(void) {
                 }
                 float *g = path ? got : gotf;
                 for (int m = 0; m < M; m++) memcpy(g + (size_t)m * N, c + (size_t)m * ldc, (size_t)N * sizeof *g);
-                double e = nerr(g, ref, (size_t)M * N), r = e / tol_k(K);
+                double e = rel_err_f_d(g, ref, (size_t)M * N), r = e / tol_k(K);
                 if (!(r <= worst[path][t])) worst[path][t] = r, worst_err[path][t] = e, worst_at[path][t] = s;
                 if (path == 1) {
                     /* the rounding is visible: against exact products of the unrounded
                      * inputs the error is at bf16 level (only where K > 1 and there are a
                      * few cells, so that a lucky draw cannot make it small) */
-                    double eu = nerr(g, unr, (size_t)M * N);
+                    double eu = rel_err_f_d(g, unr, (size_t)M * N);
                     if (K >= 7 && (size_t)M * N >= 7) {
                         if (eu / tol_k(K) < unr_min_ratio) unr_min_ratio = eu / tol_k(K);
                         if (eu < unr_min) unr_min = eu;
@@ -364,7 +345,7 @@ static void test_gemm(void) {
                 }
             }
             if (have_fast) {
-                double e = nerr_ff(gotf, got, (size_t)M * N), r = e / tol_k(K);
+                double e = rel_err_f_f(gotf, got, (size_t)M * N), r = e / tol_k(K);
                 if (!(r <= fp_worst)) fp_worst = r, fp_err = e, fp_tol = tol_k(K);
                 if (memcmp(gotf, got, (size_t)M * N * sizeof *got) != 0) bitwise_same = 0;
             }
@@ -466,33 +447,33 @@ static void test_linear(int portable, int N, int IC, int OC) {
         for (size_t i = 0; i < no; i++) out[i] = u2f(0x7fc00000u);   /* out is overwritten */
         mha_linear_forward_bf16(out, inp, w, bias, N, IC, OC);
         snprintf(what, sizeof what, "%s forward", head);
-        result(what, nerr(out, out_ref, no), tol_k(IC));
+        result(what, rel_err_f_d(out, out_ref, no), tol_k(IC));
         if (nt == 1) memcpy(out1, out, no * 4);
         else same &= memcmp(out1, out, no * 4) == 0;
         for (size_t i = 0; i < no; i++) out[i] = u2f(0x7fc00000u);
         mha_linear_forward_bf16(out, inp, w, NULL, N, IC, OC);
         snprintf(what, sizeof what, "%s forward, no bias", head);
-        result(what, nerr(out, outnb_ref, no), tol_k(IC));
+        result(what, rel_err_f_d(out, outnb_ref, no), tol_k(IC));
 
         memcpy(dinp, dinp0, ni * 4), memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
         mha_linear_backward_bf16(dinp, dw, db, dout, inp, w, N, IC, OC);
         snprintf(what, sizeof what, "%s backward dinp", head);
-        result(what, nerr(dinp, dinp_ref, ni), tol_k(OC));
+        result(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC));
         snprintf(what, sizeof what, "%s backward dw", head);
-        result(what, nerr(dw, dw_ref, nw), tol_k(N));
+        result(what, rel_err_f_d(dw, dw_ref, nw), tol_k(N));
         snprintf(what, sizeof what, "%s backward dbias (fp32 dout)", head);
-        result(what, nerr(db, db_ref, (size_t)OC), tol_k(N));
+        result(what, rel_err_f_d(db, db_ref, (size_t)OC), tol_k(N));
         if (nt == 1) memcpy(dinp1, dinp, ni * 4), memcpy(dw1, dw, nw * 4);
         else same &= memcmp(dinp1, dinp, ni * 4) == 0 && memcmp(dw1, dw, nw * 4) == 0;
 
         memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
         mha_linear_backward_bf16(NULL, dw, db, dout, inp, w, N, IC, OC);
         snprintf(what, sizeof what, "%s dinp=NULL: dw, dbias", head);
-        result2(what, nerr(dw, dw_ref, nw), tol_k(N), nerr(db, db_ref, (size_t)OC), tol_k(N));
+        result2(what, rel_err_f_d(dw, dw_ref, nw), tol_k(N), rel_err_f_d(db, db_ref, (size_t)OC), tol_k(N));
         memcpy(dinp, dinp0, ni * 4), memcpy(dw, dw0, nw * 4);
         mha_linear_backward_bf16(dinp, dw, NULL, dout, inp, w, N, IC, OC);
         snprintf(what, sizeof what, "%s dbias=NULL: dinp, dw", head);
-        result2(what, nerr(dinp, dinp_ref, ni), tol_k(OC), nerr(dw, dw_ref, nw), tol_k(N));
+        result2(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC), rel_err_f_d(dw, dw_ref, nw), tol_k(N));
     }
     mha_bf16_force_portable(0);
     snprintf(what, sizeof what, "linear %-8s %dx%dx%d 1T vs 2T bit-identical", pn, N, IC, OC);

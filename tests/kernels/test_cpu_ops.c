@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
+#include "tests/test_util.h"
 
 #define TOL 1e-5
 
@@ -56,26 +57,6 @@ static void fill2(float *f, double *d, size_t n, float lo, float hi) {
         if (d) d[i] = f[i];
     }
 }
-/* normwise error of a against reference b */
-static double nerr(const float *a, const double *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;   /* a NaN anywhere stays fatal */
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-static double nerr_ff(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
-        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 /* ---------------------------------- linear ---------------------------------- */
 static void test_linear(int with_bias) {
     const int N = 67, IC = 48, OC = 40;
@@ -92,11 +73,11 @@ static void test_linear(int with_bias) {
     mha_linear_forward_f64(out_d, inp_d, w_d, with_bias ? bias_d : NULL, N, IC, OC);
     be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
     mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC);
-    result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", nerr(out, out_d, no), TOL);
+    result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
     if (with_bias) {
-        result("linear backward dinp", nerr(dinp, dinp_d, ni), TOL);
-        result("linear backward dw", nerr(dw, dw_d, nw), TOL);
-        result("linear backward dbias", nerr(db, db_d, OC), TOL);
+        result("linear backward dinp", rel_err_f_d(dinp, dinp_d, ni), TOL);
+        result("linear backward dw", rel_err_f_d(dw, dw_d, nw), TOL);
+        result("linear backward dbias", rel_err_f_d(db, db_d, OC), TOL);
     }
     be->free(inp), be->free(w), be->free(bias), be->free(out), be->free(dout);
     be->free(dinp), be->free(dw), be->free(db);
@@ -117,7 +98,7 @@ static void test_embedding(void) {
     fill2(dtok, dtok_d, nt, -1, 1), fill2(dpos, dpos_d, np, -1, 1);
     be->embed_forward(out, ids, tok, pos, B, T, C);
     mha_embed_forward_f64(out_d, ids, tok_d, pos_d, B, T, C);
-    result("embed forward", nerr(out, out_d, no), TOL);
+    result("embed forward", rel_err_f_d(out, out_d, no), TOL);
 
     /* determinism: bitwise equal results with 1 and 2 threads */
     float *dtok1 = falloc(nt), *dpos1 = falloc(np), *dtok2 = falloc(nt), *dpos2 = falloc(np);
@@ -131,8 +112,8 @@ static void test_embedding(void) {
 
     be->embed_backward(dtok, dpos, dout, ids, B, T, C);
     mha_embed_backward_f64(dtok_d, dpos_d, dout_d, ids, B, T, C);
-    result("embed backward dtok", nerr(dtok, dtok_d, nt), TOL);
-    result("embed backward dpos", nerr(dpos, dpos_d, np), TOL);
+    result("embed backward dtok", rel_err_f_d(dtok, dtok_d, nt), TOL);
+    result("embed backward dpos", rel_err_f_d(dpos, dpos_d, np), TOL);
     be->free(ids), be->free(tok), be->free(pos), be->free(out), be->free(dout), be->free(dtok);
     be->free(dpos), be->free(dtok1), be->free(dpos1), be->free(dtok2), be->free(dpos2);
     free(tok_d), free(pos_d), free(out_d), free(dout_d), free(dtok_d), free(dpos_d);
@@ -152,14 +133,14 @@ static void test_layernorm(void) {
     fill2(dw, dw_d, C, -1, 1), fill2(db, db_d, C, -1, 1);
     be->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     mha_layernorm_forward_f64(out_d, mean_d, rstd_d, inp_d, w_d, b_d, N, C);
-    result("layernorm forward out", nerr(out, out_d, n), TOL);
-    result("layernorm forward mean", nerr(mean, mean_d, N), TOL);
-    result("layernorm forward rstd", nerr(rstd, rstd_d, N), TOL);
+    result("layernorm forward out", rel_err_f_d(out, out_d, n), TOL);
+    result("layernorm forward mean", rel_err_f_d(mean, mean_d, N), TOL);
+    result("layernorm forward rstd", rel_err_f_d(rstd, rstd_d, N), TOL);
     be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     mha_layernorm_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, mean_d, rstd_d, N, C);
-    result("layernorm backward dinp", nerr(dinp, dinp_d, n), TOL);
-    result("layernorm backward dw", nerr(dw, dw_d, C), TOL);
-    result("layernorm backward db", nerr(db, db_d, C), TOL);
+    result("layernorm backward dinp", rel_err_f_d(dinp, dinp_d, n), TOL);
+    result("layernorm backward dw", rel_err_f_d(dw, dw_d, C), TOL);
+    result("layernorm backward db", rel_err_f_d(db, db_d, C), TOL);
     be->free(inp), be->free(w), be->free(b), be->free(out), be->free(mean), be->free(rstd);
     be->free(dout), be->free(dinp), be->free(dw), be->free(db);
     free(inp_d), free(w_d), free(b_d), free(out_d), free(mean_d), free(rstd_d), free(dout_d);
@@ -179,11 +160,11 @@ static void test_elementwise(void) {
         be->act_forward(out, x, n, act);
         mha_act_forward_f64(out_d, x_d, n, act);
         snprintf(what, sizeof what, "%s forward", nm);
-        result(what, nerr(out, out_d, n), TOL);
+        result(what, rel_err_f_d(out, out_d, n), TOL);
         be->act_backward(d, g, x, n, act);
         mha_act_backward_f64(d_d, g_d, x_d, n, act);
         snprintf(what, sizeof what, "%s backward", nm);
-        result(what, nerr(d, d_d, n), TOL);
+        result(what, rel_err_f_d(d, d_d, n), TOL);
     }
 
     /* dropout: the mask is exactly the RNG's, kept values scaled by 1/(1-p) */
@@ -191,7 +172,7 @@ static void test_elementwise(void) {
     const uint64_t seed = 77, offset = 123456;
     be->dropout_forward(out, x, n, p, seed, offset);
     mha_dropout_forward_f64(out_d, x_d, n, p, seed, offset);
-    result("dropout forward vs double", nerr(out, out_d, n), TOL);
+    result("dropout forward vs double", rel_err_f_d(out, out_d, n), TOL);
     size_t wrong = 0, kept = 0;
     for (size_t i = 0; i < n; i++) {
         int keep = mha_rng_uniform(seed, offset + i) >= p;
@@ -205,7 +186,7 @@ static void test_elementwise(void) {
     memcpy(d0, d, n * sizeof(float));
     be->dropout_backward(d, g, n, p, seed, offset);
     mha_dropout_backward_f64(d_d, g_d, n, p, seed, offset);
-    result("dropout backward", nerr(d, d_d, n), TOL);
+    result("dropout backward", rel_err_f_d(d, d_d, n), TOL);
     wrong = 0;
     for (size_t i = 0; i < n; i++) {
         float add = mha_rng_uniform(seed, offset + i) >= p ? g[i] * (1.0f / (1.0f - p)) : 0.0f;
@@ -321,22 +302,22 @@ static void test_attention(int causal, float p) {
     char tag[48], what[96];
     snprintf(tag, sizeof tag, "attention%s p=%.1f", causal ? " causal" : "", (double)p);
     snprintf(what, sizeof what, "%s math fwd out", tag);
-    result(what, nerr(out_m, out_d, no), TOL);
+    result(what, rel_err_f_d(out_m, out_d, no), TOL);
     naive_attention(out_d, qkv_d, len, B, T, C, NH, causal, p, seed);
     snprintf(what, sizeof what, "%s math fwd vs definition", tag);
-    result(what, nerr(out_m, out_d, no), TOL);
+    result(what, rel_err_f_d(out_m, out_d, no), TOL);
     snprintf(what, sizeof what, "%s math fwd att", tag);
-    result(what, nerr(att, att_d, na), TOL);
+    result(what, rel_err_f_d(att, att_d, na), TOL);
     snprintf(what, sizeof what, "%s fused fwd out", tag);
-    result(what, nerr(out_f, out_d, no), TOL);
+    result(what, rel_err_f_d(out_f, out_d, no), TOL);
     snprintf(what, sizeof what, "%s fused vs math fwd", tag);
-    result(what, nerr_ff(out_f, out_m, no), TOL);
+    result(what, rel_err_f_f(out_f, out_m, no), TOL);
     snprintf(what, sizeof what, "%s math bwd dqkv", tag);
-    result(what, nerr(dq_m, dq_d, nq), TOL);
+    result(what, rel_err_f_d(dq_m, dq_d, nq), TOL);
     snprintf(what, sizeof what, "%s fused bwd dqkv", tag);
-    result(what, nerr(dq_f, dq_d, nq), TOL);
+    result(what, rel_err_f_d(dq_f, dq_d, nq), TOL);
     snprintf(what, sizeof what, "%s fused vs math bwd", tag);
-    result(what, nerr_ff(dq_f, dq_m, nq), TOL);
+    result(what, rel_err_f_f(dq_f, dq_m, nq), TOL);
 
     /* padded query rows: exact zeros; gradients of padded rows untouched; no NaN anywhere */
     int zeros = 1, untouched = 1;
@@ -427,9 +408,9 @@ static void test_pool(int mode, const char *name) {
     mha_pool_backward_f64(dinp_d, dout_d, am_d, len, B, T, C, mode);
     char what[64];
     snprintf(what, sizeof what, "%s forward", name);
-    result(what, nerr(out, out_d, no), TOL);
+    result(what, rel_err_f_d(out, out_d, no), TOL);
     snprintf(what, sizeof what, "%s backward", name);
-    result(what, nerr(dinp, dinp_d, ni), TOL);
+    result(what, rel_err_f_d(dinp, dinp_d, ni), TOL);
     int untouched = 1;
     for (int b = 0; b < B; b++)
         for (size_t i = ((size_t)b * T + lens[b]) * C; i < (size_t)(b + 1) * T * C; i++)
@@ -454,11 +435,11 @@ static void test_crossentropy(float eps) {
     mha_crossentropy_f64(losses_d, probs_d, dl_d, logits_d, labels, B, K, eps, 1.0 / B);
     char what[64];
     snprintf(what, sizeof what, "crossentropy eps=%.1f losses", (double)eps);
-    result(what, nerr(losses, losses_d, B), TOL);
+    result(what, rel_err_f_d(losses, losses_d, B), TOL);
     snprintf(what, sizeof what, "crossentropy eps=%.1f probs", (double)eps);
-    result(what, nerr(probs, probs_d, n), TOL);
+    result(what, rel_err_f_d(probs, probs_d, n), TOL);
     snprintf(what, sizeof what, "crossentropy eps=%.1f dlogits", (double)eps);
-    result(what, nerr(dl, dl_d, n), TOL);
+    result(what, rel_err_f_d(dl, dl_d, n), TOL);
     /* the loss by its definition, independently of the kernel */
     double maxerr = 0;
     for (int b = 0; b < B; b++) {
