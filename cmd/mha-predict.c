@@ -44,8 +44,8 @@ static void usage(FILE *f) {
             "  --batch-size N     examples per forward pass (default 64)\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --device D         cpu, cuda or auto (default cpu)\n"
-            "  --precision P      fp32 or bf16 (bf16 products, fp32 accumulation; needs CUDA or a\n"
-            "                     CPU with AVX512_BF16); default: the model's train.precision\n"
+            "  --precision P      fp32 or bf16 (bf16 products, fp32 accumulation; on a CPU without\n"
+            "                     AVX512_BF16: fp32, with a note); default: the model's train.precision\n"
             "  -h, --help         this text\n");
 }
 

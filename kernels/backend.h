@@ -136,8 +136,9 @@ typedef struct Backend {
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
  * counts so they do not oversubscribe each other. */
 const Backend *mha_cpu_backend(int threads);
-/* The CPU backend in mixed precision: the linear layers' products take bf16 inputs with fp32
- * accumulation (kernels/cpu/gemm_bf16.h); everything else is the fp32 backend. NULL, with a
+/* The CPU backend in mixed precision: the products of the linear layers and of the attention
+ * take bf16 inputs with fp32 accumulation (kernels/cpu/gemm_bf16.h, layers_bf16.h);
+ * everything else is the fp32 backend. NULL, with a
  * reason in `why`, when the CPU lacks AVX512_BF16 (the portable bf16 loop would be slower
  * than fp32). */
 const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len);

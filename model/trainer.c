@@ -332,8 +332,8 @@ static const Batch *next_batch(Batcher *bt, double *seconds) {
     return b;
 }
 
-/* sgemm GFLOP/s of the backend on the feed-forward shape at this batch size: the ceiling
- * the whole step is compared with. */
+/* GEMM GFLOP/s of the backend's linear layer (sgemm, or the bf16 GEMM in mixed precision) on
+ * the feed-forward shape at this batch size: the ceiling the whole step is compared with. */
 static double gemm_ceiling(const Backend *be, int N, int C, int F) {
     size_t fl = sizeof(float);
     float *a = be->alloc((size_t)N * C * fl), *w = be->alloc((size_t)F * C * fl), *o = be->alloc((size_t)N * F * fl);

@@ -28,7 +28,8 @@ static int cpu_has_bf16(void) {
         unsigned a = 0, b = 0, c = 0, d = 0;
         int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
         /* __builtin_cpu_supports also checks that the OS saves the zmm state */
-        cached = bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        cached = bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
     }
     return cached;
 #else
@@ -72,25 +73,36 @@ static inline float b_at(const float *b, int ldb, int trans, int k, int n) {
 #ifdef MHA_BF16_X86
 static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr);
 
-/* B (K, N) row-major, one panel: rows 2kk and 2kk+1 converted 16 columns at a time and
- * interleaved (vpermw) into (n, pair) order. */
-FAST_TARGET static void pack_b_rows_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr) {
+/* The first n of 16 lanes (n <= 0: none, n >= 16: all). */
+static inline __mmask16 first_mask(int n) {
+    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
+}
+
+/* 32 floats (src[0..31], `valid` of them real) -> 16 pair dwords (round to nearest even). */
+FAST_TARGET static inline __m512i pairs_of_row(const float *src, int valid) {
+    const __mmask16 lo = first_mask(valid), hi = first_mask(valid - 16);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + 16), _mm512_maskz_loadu_ps(lo, src));
+}
+
+/* 16 floats of each of two source rows (r1 may be NULL: zeros) -> 16 dwords (r0[i], r1[i]). */
+FAST_TARGET static inline __m512i pairs_of_two_rows(const float *r0, const float *r1, __mmask16 m) {
     const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                            23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
+    __m256i x1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)) : _mm256_setzero_si256();
+    return _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+}
+
+/* B (K, N) row-major, one panel: rows 2kk and 2kk+1 converted 16 columns at a time and
+ * interleaved into (n, pair) order. */
+FAST_TARGET static void pack_b_rows_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr) {
     const int kp2 = (K + 1) / 2;
     for (int kk = 0; kk < kp2; kk++) {
         const float *r0 = b + (size_t)(2 * kk) * ldb + n0;
         const float *r1 = 2 * kk + 1 < K ? r0 + ldb : NULL;
-        for (int h = 0; h < MHA_BF16_NR; h += 16) {
-            int left = nr - h;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (left > 0 ? (__mmask16)((1u << left) - 1) : 0);
-            __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + h));
-            __m256i x1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + h))
-                            : _mm256_setzero_si256();
-            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+        for (int h = 0; h < MHA_BF16_NR; h += 16)
             _mm512_store_si512((void *)(dst + (size_t)kk * 2 * MHA_BF16_NR + 2 * h),
-                               _mm512_permutexvar_epi16(inter, both));
-        }
+                               pairs_of_two_rows(r0 + h, r1 ? r1 + h : NULL, first_mask(nr - h)));
     }
 }
 #endif
@@ -126,26 +138,6 @@ size_t mha_bf16_scratch_elems(int M) {
  * columns past K zero; row m's k pair kk is the dword at m * kl/2 + kk. */
 
 #ifdef MHA_BF16_X86
-/* 32 floats (src[0..31], `valid` of them real) -> 16 pair dwords (round to nearest even). */
-FAST_TARGET static inline __m512i pairs_of_row(const float *src, int valid) {
-    __mmask16 lo = valid >= 16 ? (__mmask16)0xffff : (valid > 0 ? (__mmask16)((1u << valid) - 1) : 0);
-    __mmask16 hi = valid >= 32 ? (__mmask16)0xffff : (valid > 16 ? (__mmask16)((1u << (valid - 16)) - 1) : 0);
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + 16), _mm512_maskz_loadu_ps(lo, src));
-}
-
-/* 16 floats of each of two source rows (r1 may be NULL: zeros) -> 16 dwords (r0[i], r1[i]). */
-FAST_TARGET static inline __m512i pairs_of_two_rows(const float *r0, const float *r1, __mmask16 m) {
-    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0));
-    __m256i x1 = r1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1)) : _mm256_setzero_si256();
-    return _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
-}
-
-static inline __mmask16 first_mask(int n) {
-    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
-}
-
 /* In-register transpose of a 16 x 16 matrix of dwords: r[i] element j -> r[j] element i.
  * Dwords interleaved in pairs of rows, then qwords, then 128-bit lanes (two steps). */
 FAST_TARGET static inline void transpose16(__m512i r[16]) {
@@ -192,7 +184,9 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
     for (int m0 = 0; m0 < M; m0 += 16) {
         const int mn = M - m0 < 16 ? M - m0 : 16;
         const __mmask16 mm = first_mask(mn);
-        __m512d s_lo = _mm512_setzero_pd(), s_hi = _mm512_setzero_pd();   /* sums of m0..m0+15 */
+        /* running sums of rows m0..m0+15, continued from the previous depth blocks */
+        __m512d s_lo = sums ? _mm512_maskz_loadu_pd((__mmask8)mm, sums + m0) : _mm512_setzero_pd();
+        __m512d s_hi = sums ? _mm512_maskz_loadu_pd((__mmask8)(mm >> 8), sums + m0 + 8) : _mm512_setzero_pd();
         for (int kk0 = 0; kk0 < kl2; kk0 += 16) {
             const int kn = kl2 - kk0 < 16 ? kl2 - kk0 : 16;
             __m512i t[16];                          /* row kk: the 16 m's pair dwords */
@@ -204,7 +198,7 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
                 }
                 const float *r0 = a + (size_t)k * lda + m0, *r1 = k + 1 < K ? r0 + lda : NULL;
                 t[kk] = pairs_of_two_rows(r0, r1, mm);
-                if (sums && k < K) {                /* in k order: row k, then row k+1 */
+                if (sums) {                         /* in k order: row k, then row k+1 */
                     __m512 x = _mm512_maskz_loadu_ps(mm, r0);
                     s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
                     s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
@@ -220,10 +214,8 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
                 _mm512_mask_storeu_epi32(d32 + (size_t)(m0 + m) * kl2 + kk0, first_mask(kn), t[m]);
         }
         if (sums) {
-            double part[16];
-            _mm512_storeu_pd(part, s_lo);
-            _mm512_storeu_pd(part + 8, s_hi);
-            for (int m = 0; m < mn; m++) sums[m0 + m] += part[m];
+            _mm512_mask_storeu_pd(sums + m0, (__mmask8)mm, s_lo);
+            _mm512_mask_storeu_pd(sums + m0 + 8, (__mmask8)(mm >> 8), s_hi);
         }
     }
 }
@@ -269,7 +261,7 @@ static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, i
 /* ------------------------------------------------------------------ micro-kernels */
 
 /* c (mr x nr, stride ldc) = start + a (MR rows of kp2 pairs, row stride 2 kp2) @ b (kp2, NR, 2);
- * start = c when bias == NULL && add, bias (nr) broadcast when bias, zeros otherwise. */
+ * start = c when add; otherwise bias (nr) broadcast, or zeros when bias is NULL. */
 static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
                             int add, const float *bias) {
     float acc[MHA_BF16_MR][MHA_BF16_NR];

@@ -5,8 +5,9 @@
  * subnormals flushed to zero), each pair of products along K is added to the fp32
  * accumulator in order (odd k, then even k), as AVX512-BF16's vdpbf16ps does. On CPUs with
  * AVX512_BF16 the fast path runs that instruction; elsewhere a portable loop computes the
- * same function (it differs only in the rounding of the fp32 additions when the hardware
- * adds both products in one step; the tests compare both against a double reference).
+ * same function, except that vdpbf16ps also treats subnormal products and sums as zero
+ * where the portable loop keeps them (values below 1.2e-38; the tests compare both paths
+ * with each other and against a double reference).
  *
  * B is packed once (mha_bf16_pack_b) and shared by the threads; each call of
  * mha_bf16_gemm packs its own rows of A into the caller's scratch. Packed B layout:
@@ -18,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <cblas.h>
 
 #define MHA_BF16_NR 32   /* columns per panel of packed B */
 #define MHA_BF16_MR 8    /* rows per micro-tile */
@@ -61,7 +63,6 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
  * backend's mixed precision): C = alpha A B + beta C for beta 0 (C not read) or for
  * alpha = beta = 1; other combinations go to cblas_sgemm in fp32. Packs into per-thread
  * buffers, so OpenMP threads may call it concurrently. `order` must be CblasRowMajor. */
-#include <cblas.h>
 void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b,
                     int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                     float beta, float *c, int ldc);

@@ -104,7 +104,9 @@ void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float 
     }
     /* dinp: blocks of its N rows; dw: blocks of its OC rows (no reduction across blocks) */
     const int nbx = dinp ? (par ? mha_gemm_row_blocks(N, nt, MHA_BF16_MR) : 1) : 0;
-    const int nbw = dw ? (par ? (OC >= 4 * nt * MHA_BF16_MR ? 4 * nt : (OC >= nt * MHA_BF16_MR ? nt : 1)) : 1) : 0;
+    /* dw tasks: 4 per thread when each keeps at least one micro-tile of rows, else 1 per thread */
+    const int dw_tasks = OC >= 4 * nt * MHA_BF16_MR ? 4 * nt : (OC >= nt * MHA_BF16_MR ? nt : 1);
+    const int nbw = dw ? (par ? dw_tasks : 1) : 0;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int task = 0; task < nbx + nbw; task++) {
         int lo, hi;

@@ -7,10 +7,12 @@
  *  - bf16 mixed precision on the CPU (when it has AVX512_BF16): first gradients within bf16
  *    rounding of fp32's, and 50 updates whose losses follow the fp32 run. */
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/rng.h"
 #include "model/classifier.h"
 #include "model/config.h"
 #include "model/optimizer.h"
+#include "model/trainer.h"
 #include "tests/test_util.h"
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -288,6 +290,30 @@ static void test_bf16_follows_fp32(void) {
     for (int r = 0; r < 3; r++) free(first_grads[r]);
 }
 
+/* Backend selection for train.precision on the cpu: bf16 gives the mixed-precision table where
+ * the CPU can (AVX512_BF16); without it (simulated by forcing the portable path) the fp32
+ * table, and still success (a note on stderr, not an error). fp32 never gives bf16. */
+static void test_bf16_selection(void) {
+    Config c;
+    config_defaults(&c);
+    snprintf(c.device, sizeof c.device, "cpu");
+    c.threads = 2;
+    const Backend *be = NULL;
+    MhaError err;
+    snprintf(c.precision, sizeof c.precision, "fp32");
+    CHECK(select_backend(&c, &be, &err) == 0 && be && be->bf16 == 0, "fp32 on the cpu: not the fp32 table");
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    CHECK(select_backend(&c, &be, &err) == 0 && be && be->bf16 == mha_bf16_cpu_supported(),
+          "bf16 on the cpu: bf16 table expected exactly when the CPU has AVX512_BF16");
+    mha_bf16_force_portable(1);
+    int rc = select_backend(&c, &be, &err);
+    mha_bf16_force_portable(0);
+    CHECK(rc == 0 && be && be->bf16 == 0 && strcmp(be->name, "cpu") == 0,
+          "bf16 without AVX512_BF16: expected the fp32 cpu table and success");
+    printf("precision selection: fp32 -> fp32, bf16 -> %s, bf16 without AVX512_BF16 -> fp32\n",
+           mha_bf16_cpu_supported() ? "bf16" : "fp32");
+}
+
 static void test_schedule(void) {
     Config c;
     config_defaults(&c);
@@ -311,5 +337,6 @@ int main(void) {
     test_paths_agree_with_dropout();
     test_overfit();
     test_bf16_follows_fp32();
+    test_bf16_selection();
     return test_finish("training");
 }
