@@ -34,6 +34,12 @@
 #include "kernels/cpu/layers_bf16.h"
 #undef FN
 #undef ATT_GEMM
+#undef R_EXP
+#define R_EXP(x) mha_expf_bf16(x)
+#undef MHA_ATT_BQ
+/* Every query block packs K and V again for its products: with 256-row blocks (scratch
+ * 256 x T floats per thread) texts up to 256 tokens pack them once per head. */
+#define MHA_ATT_BQ 256
 #define FN(name) mha_##name##_bf16
 #define ATT_GEMM mha_sgemm_bf16
 #define MHA_LAYERS_ATTENTION_ONLY

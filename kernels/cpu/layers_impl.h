@@ -6,6 +6,7 @@
  *   GEMM              cblas_sgemm or cblas_dgemm
  *   ATT_GEMM          (optional, default GEMM) the attention's products, e.g. mha_sgemm_bf16
  *   MHA_LAYERS_ATTENTION_ONLY  (optional) instantiate the attention ops alone
+ *   MHA_ATT_BQ        (optional, default 64) query rows per block of the fused attention
  *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
  *   MHA_CLONES        (optional) a function attribute for the compute-bound row/range
  *                     helpers, e.g. target_clones for a wider instruction set
@@ -28,7 +29,9 @@
 #ifndef ATT_GEMM
 #define ATT_GEMM GEMM
 #endif
-#define MHA_ATT_BQ 64      /* query rows per block in the fused attention */
+#ifndef MHA_ATT_BQ
+#define MHA_ATT_BQ 64      /* query rows per block in the fused attention (includer may set) */
+#endif
 #define MHA_CHUNK 16       /* channels per task in column reductions (one cache line of floats) */
 #define MHA_BLOCK 8192     /* elements per task in elementwise loops */
 
