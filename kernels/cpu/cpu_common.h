@@ -81,7 +81,7 @@ static inline uint64_t mha_drop_threshold(double p) {
 /* exp(x) in float, branch-free so loops over it vectorise: x = n ln2 + r with |r| <= ln2/2,
  * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^n built
  * in the exponent bits. Inputs below -87.3 give 0, above 88 are clamped (exp(88) ~ 1.65e38). */
-static inline float mha_expf(float x) {
+static inline float mha_expf_degree(float x, int degree) {   /* degree 7 or 5 */
     const float hi = 88.0f, lo = -87.3f;
     float xc = x > hi ? hi : x;
     xc = xc < lo ? lo : xc;
@@ -90,9 +90,12 @@ static inline float mha_expf(float x) {
     float n = t - shifter;                          /* nearest integer to x / ln2 */
     float r = xc - n * 0.693359375f;                /* Cody-Waite: ln2 = hi + lo */
     r = r - n * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
+    float p = 1.0f / 120.0f;
+    if (degree >= 7) {                              /* a constant at every call: folds away */
+        p = 1.0f / 5040.0f;
+        p = p * r + 1.0f / 720.0f;
+        p = p * r + 1.0f / 120.0f;
+    }
     p = p * r + 1.0f / 24.0f;
     p = p * r + 1.0f / 6.0f;
     p = p * r + 0.5f;
@@ -105,32 +108,12 @@ static inline float mha_expf(float x) {
     float y = p * scale;
     return x < lo ? 0.0f : y;
 }
+static inline float mha_expf(float x) { return mha_expf_degree(x, 7); }
 
 /* exp(x) for the softmax of the bf16 attention, whose probabilities are rounded to bf16
- * (relative 2^-9) before their product: mha_expf with the Taylor polynomial cut at degree 5
- * (truncation < 2.5e-6 relative on |r| <= ln2/2), two multiply-adds fewer. */
-static inline float mha_expf_bf16(float x) {
-    const float hi = 88.0f, lo = -87.3f;
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
-    const float shifter = 12582912.0f;
-    float t = xc * 1.44269504088896341f + shifter;
-    float n = t - shifter;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t ni = (int32_t)n;
-    int32_t bits = (ni + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale;
-    return x < lo ? 0.0f : y;
-}
+ * (relative 2^-9) before their product: the Taylor polynomial cut at degree 5 (truncation
+ * < 2.5e-6 relative on |r| <= ln2/2), two multiply-adds fewer. */
+static inline float mha_expf_bf16(float x) { return mha_expf_degree(x, 5); }
 
 /* erf(x) in float with one branch-free formula, so GELU loops vectorise:
  *   erf(|x|) = 1 - t e^{-x^2} P(2t - 1),  t = 1 / (1 + |x|),
