@@ -388,6 +388,10 @@ static uint16_t *tl_buffer(uint16_t **p, size_t *cap, size_t elems) {
     return *p;
 }
 
+uint16_t *mha_bf16_thread_scratch(int M) {
+    return tl_buffer(&tl_scratch, &tl_scratch_cap, mha_bf16_scratch_elems(M));
+}
+
 void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b,
                     int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                     float beta, float *c, int ldc) {
@@ -395,7 +399,7 @@ void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum C
     uint16_t *packed = NULL, *scratch = NULL;
     if (order == CblasRowMajor && (beta == 0.0f || accumulate) && M > 0 && N > 0) {
         packed = tl_buffer(&tl_packed, &tl_packed_cap, mha_bf16_packed_b_elems(K, N));
-        scratch = tl_buffer(&tl_scratch, &tl_scratch_cap, mha_bf16_scratch_elems(M));
+        scratch = mha_bf16_thread_scratch(M);
     }
     if (!packed || !scratch) {   /* not a case this path covers, or out of memory: fp32 */
         cblas_sgemm(order, trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -48,6 +48,9 @@ static inline int mha_bf16_panels(int N) { return (N + MHA_BF16_NR - 1) / MHA_BF
 
 /* Scratch elements (uint16_t) one mha_bf16_gemm call needs for M rows. */
 size_t mha_bf16_scratch_elems(int M);
+/* The calling thread's scratch for an mha_bf16_gemm of M rows: grown on demand and kept for
+ * the thread's life (a warm step allocates nothing); NULL when out of memory. */
+uint16_t *mha_bf16_thread_scratch(int M);
 /* C (M, N) (row stride ldc) = start + A (M, K) @ B, B packed by mha_bf16_pack_b for (K, N);
  * start is C itself when accumulate, else bias (N) broadcast over the rows (zeros when bias
  * is NULL; C's old contents are then never read). A(m, k) = a[m * lda + k], or

@@ -33,26 +33,17 @@ static uint16_t *buffer_get(Buffer *b, size_t elems) {
     return b->p;
 }
 
-static Buffer g_packed[2];        /* packed B of the current product(s) */
-static Buffer *g_scratch;         /* one per OpenMP thread: its packed rows of A */
-static int g_scratch_n;
+static Buffer g_packed[2];        /* packed B of the current product(s), shared by the threads */
 
-/* Makes sure every thread of the next parallel region has a scratch slot (called outside
- * any parallel region). */
-static void scratch_slots(int threads) {
-    if (threads <= g_scratch_n) return;
-    Buffer *s = realloc(g_scratch, (size_t)threads * sizeof *s);
+/* The calling OpenMP thread's packed rows of A (gemm_bf16.c keeps one buffer per thread). */
+static uint16_t *thread_scratch(int rows) {
+    uint16_t *s = mha_bf16_thread_scratch(rows);
     if (!s) {
-        fprintf(stderr, "mha: out of memory (bf16 scratch table)\n");
+        fprintf(stderr, "mha: out of memory (%zu MiB for a bf16 workspace)\n",
+                (mha_bf16_scratch_elems(rows) * 2) >> 20);
         exit(1);
     }
-    for (int i = g_scratch_n; i < threads; i++) s[i] = (Buffer){0};
-    g_scratch = s;
-    g_scratch_n = threads;
-}
-
-static uint16_t *thread_scratch(int rows) {
-    return buffer_get(&g_scratch[omp_get_thread_num()], mha_bf16_scratch_elems(rows));
+    return s;
 }
 
 /* Packs B (K, N) into dst over the threads, one panel per task. */
@@ -71,7 +62,6 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
-    scratch_slots(nt);
     /* B (IC, OC): B(k, n) = w[n * IC + k] */
     uint16_t *wp = buffer_get(&g_packed[0], mha_bf16_packed_b_elems(IC, OC));
     pack_parallel(wp, w, IC, 1, IC, OC, par);
@@ -91,7 +81,6 @@ void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float 
     if (N <= 0 || OC <= 0 || IC <= 0) return;
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
-    scratch_slots(nt);
     /* dinp: B (OC, IC) = w as stored;  dw: B (N, IC) = inp as stored */
     uint16_t *wp = dinp ? buffer_get(&g_packed[0], mha_bf16_packed_b_elems(OC, IC)) : NULL;
     uint16_t *ip = dw ? buffer_get(&g_packed[1], mha_bf16_packed_b_elems(N, IC)) : NULL;
