@@ -26,6 +26,11 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define MHA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
+/* Softmax rows without dropout: AVX-512 intrinsics when the CPU has them (rows_avx512.h). */
+#include "kernels/cpu/rows_avx512.h"
+#ifdef MHA_ROWS_AVX512
+#define MHA_ROWS_FAST_DEGREE 7
+#endif
 #include "kernels/cpu/layers_impl.h"
 
 /* The attention again, its products in bf16 (mha_sgemm_bf16): mha_attention_*_bf16, used by
@@ -36,6 +41,10 @@
 #undef ATT_GEMM
 #undef R_EXP
 #define R_EXP(x) mha_expf_bf16(x)
+#ifdef MHA_ROWS_FAST_DEGREE
+#undef MHA_ROWS_FAST_DEGREE
+#define MHA_ROWS_FAST_DEGREE 5
+#endif
 #undef MHA_ATT_BQ
 /* Every query block packs K and V again for its products: with 256-row blocks (scratch
  * 256 x T floats per thread) texts up to 256 tokens pack them once per head. */

@@ -10,6 +10,8 @@
  *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
  *   MHA_CLONES        (optional) a function attribute for the compute-bound row/range
  *                     helpers, e.g. target_clones for a wider instruction set
+ *   MHA_ROWS_FAST_DEGREE (optional, float only) use rows_avx512.h's softmax rows, with
+ *                     mha_expf_degree of this degree (R_EXP's), on rows without dropout
  * and includes cpu_common.h and <math.h> first. layers_f32.c builds the backend's
  * kernels from it, layers_f64.c the double reference the tests differentiate.
  * Semantics: kernels/backend.h. Every matrix product is a GEMM; everything else is an
@@ -183,27 +185,53 @@ void FN(embed_backward)(REAL *dtok, REAL *dpos, const REAL *dout, const int32_t 
 
 /* =============================== layernorm =============================== */
 
+/* One row: o (C) = (x - m) * rs * w + b; *m_out, *rs_out = the row's mean and 1 / std. */
+static MHA_CLONES void FN(layernorm_row)(REAL *o, REAL *m_out, REAL *rs_out, const REAL *x,
+                                         const REAL *w, const REAL *b, int C) {
+    REAL s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    REAL m = s / (REAL)C;
+    REAL v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        REAL d = x[c] - m;
+        v += d * d;
+    }
+    v /= (REAL)C;
+    REAL rs = 1 / R_SQRT(v + (REAL)MHA_LN_EPS);
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * w[c] + b[c];
+    *m_out = m;
+    *rs_out = rs;
+}
+
+/* One row of the input gradient: d (C) += rs * (g w - mean(g w) - xhat * mean(g w xhat)). */
+static MHA_CLONES void FN(layernorm_bwd_row)(REAL *d, const REAL *g, const REAL *x, const REAL *w,
+                                             REAL m, REAL rs, int C) {
+    REAL sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int c = 0; c < C; c++) {
+        REAL gw = g[c] * w[c];
+        sg += gw;
+        sgx += gw * (x[c] - m) * rs;
+    }
+    sg /= (REAL)C;
+    sgx /= (REAL)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        REAL xh = (x[c] - m) * rs;
+        d[c] += (g[c] * w[c] - sg - xh * sgx) * rs;
+    }
+}
+
 void FN(layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
                            const REAL *w, const REAL *b, int N, int C) {
     /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
-    const REAL eps = (REAL)MHA_LN_EPS;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
     for (int n = 0; n < N; n++) {
-        const REAL *x = inp + (size_t)n * C;
-        REAL *o = out + (size_t)n * C;
-        REAL s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        REAL m = s / (REAL)C;
-        REAL v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            REAL d = x[c] - m;
-            v += d * d;
-        }
-        v /= (REAL)C;
-        REAL rs = 1 / R_SQRT(v + eps);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * w[c] + b[c];
+        REAL m, rs;
+        FN(layernorm_row)(out + (size_t)n * C, &m, &rs, inp + (size_t)n * C, w, b, C);
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = rs;
     }
@@ -215,24 +243,9 @@ void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
     /* dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w */
     if (dinp) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
-        for (int n = 0; n < N; n++) {
-            const REAL *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
-            REAL *d = dinp + (size_t)n * C;
-            REAL m = mean[n], rs = rstd[n];
-            REAL sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-            for (int c = 0; c < C; c++) {
-                REAL gw = g[c] * w[c];
-                sg += gw;
-                sgx += gw * (x[c] - m) * rs;
-            }
-            sg /= (REAL)C;
-            sgx /= (REAL)C;
-            for (int c = 0; c < C; c++) {
-                REAL xh = (x[c] - m) * rs;
-                d[c] += (g[c] * w[c] - sg - xh * sgx) * rs;
-            }
-        }
+        for (int n = 0; n < N; n++)
+            FN(layernorm_bwd_row)(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w,
+                                  mean[n], rstd[n], C);
     }
     /* dw (C) += sum_n dout * xhat, db (C) += sum_n dout: channel chunks, double sums */
     if (dw || db) {
@@ -376,6 +389,9 @@ void FN(dropout_backward)(REAL *dinp, const REAL *dout, size_t n, REAL p,
  * thr > 0), zeros in [n, nz). Returns the log-sum-exp of the scores. */
 static MHA_CLONES REAL FN(softmax_row)(REAL *row, int n, int nz, REAL mult, uint64_t thr,
                                        uint64_t seed, uint64_t base) {
+#ifdef MHA_ROWS_FAST_DEGREE
+    if (!thr && mha_rows_avx512()) return mha_softmax_row_avx512(row, n, nz, mult, MHA_ROWS_FAST_DEGREE);
+#endif
     REAL mx = row[0];
 #pragma omp simd reduction(max : mx)
     for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
@@ -422,6 +438,12 @@ static MHA_CLONES void FN(softmax_bwd_row)(REAL *dr, const REAL *pr, int n, int 
 static MHA_CLONES void FN(fused_bwd_row)(REAL *sr, REAL *dr, int n, int nz, REAL lse, REAL D,
                                          REAL scale, uint64_t thr, REAL dscale, uint64_t seed,
                                          uint64_t base) {
+#ifdef MHA_ROWS_FAST_DEGREE
+    if (!thr && mha_rows_avx512()) {
+        mha_fused_bwd_row_avx512(sr, dr, n, nz, lse, D, scale, MHA_ROWS_FAST_DEGREE);
+        return;
+    }
+#endif
     if (thr) {
 #pragma omp simd
         for (int j = 0; j < n; j++) {
