@@ -44,8 +44,11 @@ static void usage(FILE *f) {
             "  --batch-size N     examples per forward pass (default 64)\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --device D         cpu, cuda or auto (default cpu)\n"
-            "  --precision P      fp32 or bf16 (bf16 products, fp32 accumulation; on a CPU without\n"
-            "                     AVX512_BF16: fp32, with a note); default: the model's train.precision\n"
+            "  --precision P      fp32, bf16 or int8; default: the model's train.precision.\n"
+            "                     bf16: bf16 products, fp32 accumulation (a CPU without AVX512_BF16\n"
+            "                     runs fp32, with a note). int8 (cpu only): the linear layers in\n"
+            "                     int8, inputs quantized per token, weights per output channel,\n"
+            "                     the attention in bf16 (a CPU without AVX512_VNNI runs bf16)\n"
             "  -h, --help         this text\n");
 }
 
@@ -147,9 +150,15 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     if ((rc = checkpoint_check_layout(&p->ck, &p->cfg, path, err))) return rc;
     p->cfg.threads = threads;
     snprintf(p->cfg.device, sizeof p->cfg.device, "%s", device);
+    const Backend *be = NULL;
+    if (precision && !strcmp(precision, "int8")) {
+        char why[256] = "";
+        if (!(be = mha_cpu_backend_int8(threads, why, sizeof why)))
+            fprintf(stderr, "mha-predict: note: precision \"int8\": %s; running in bf16 (or fp32)\n", why);
+        precision = "bf16";  /* the table int8 builds on, and the fallback */
+    }
     if (precision) snprintf(p->cfg.precision, sizeof p->cfg.precision, "%s", precision);
-    const Backend *be;
-    if ((rc = select_backend(&p->cfg, &be, err))) return rc;
+    if (!be && (rc = select_backend(&p->cfg, &be, err))) return rc;
     ModelDims d;
     model_dims_from_config(&d, &p->cfg, vocab_size(p->ck.vocab), p->ck.labels.n);
     d.dropout = d.attn_dropout = 0.0f;
@@ -411,8 +420,10 @@ int main(int argc, char **argv) {
     if (!model) return usage_error("%s", "missing --model M (a checkpoint written by mha-train)");
     if (strcmp(format, "tsv") && strcmp(format, "jsonl")) return usage_error("--format '%s': expected tsv or jsonl", format);
     if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto")) return usage_error("--device '%s': expected cpu, cuda or auto", device);
-    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16"))
-        return usage_error("--precision '%s': expected fp32 or bf16", precision);
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "int8"))
+        return usage_error("--precision '%s': expected fp32, bf16 or int8", precision);
+    if (precision && !strcmp(precision, "int8") && strcmp(device, "cpu"))
+        return usage_error("--precision int8 runs on the cpu only (drop --device %s)", device);
     if (eval && input) return usage_error("--eval reads its own file; drop the extra input '%s'", input);
     if (attention && eval) return usage_error("%s", "--attention goes with predictions, not --eval");
     if (attention) format = "jsonl";

@@ -30,6 +30,7 @@ enum { MHA_POOL_MEAN = 0, MHA_POOL_CLS = 1, MHA_POOL_MAX = 2 };
 typedef struct Backend {
     const char *name;                                      /* "cpu" or "cuda" */
     int bf16;        /* 1: mixed precision, the products take bf16 inputs (train.precision) */
+    int int8;        /* 1: inference only, the linear layers' forward products run in int8 */
 
     /* ---- memory: alloc returns NULL when out of memory ---- */
     void *(*alloc)(size_t bytes);
@@ -142,6 +143,12 @@ const Backend *mha_cpu_backend(int threads);
  * reason in `why`, when the CPU lacks AVX512_BF16 (the portable bf16 loop would be slower
  * than fp32). */
 const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len);
+/* The CPU backend for inference with int8 linear layers (mha-predict --precision int8): each
+ * linear forward quantizes its input per row and its weights per output channel to int8 and
+ * multiplies them with int32 accumulation (kernels/cpu/gemm_int8.h); the rest is the bf16
+ * table (the fp32 one on a CPU without AVX512_BF16). Forward only: nothing may train through
+ * it. NULL, with a reason in `why`, when the CPU lacks AVX512_VNNI. */
+const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len);
 
 /* Called first in main(): when OMP_WAIT_POLICY is unset, sets it to PASSIVE and re-executes
  * the program (OpenMP reads it only at load time). Waiting threads then sleep instead of

@@ -842,18 +842,19 @@ def report_main(args):
     if mode == "train":
         md.append("| dataset | system | train tok/s (real) | s/epoch | peak RSS MiB | test accuracy | "
                   "predict lines/s | mha fp32 ÷ row (train tok/s, predict lines/s) | "
-                  "mha bf16 ÷ row (train tok/s, predict lines/s) |")
-        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                  "mha bf16 ÷ row (train tok/s, predict lines/s) | mha int8 ÷ row (predict lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     else:
         md.append("| dataset | system | lines/s | timed s | peak RSS MiB | mha fp32 ÷ row (lines/s) | "
-                  "mha bf16 ÷ row (lines/s) |")
-        md.append("|---|---|---:|---:|---:|---:|---:|")
+                  "mha bf16 ÷ row (lines/s) | mha int8 ÷ row (lines/s) |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|")
     for ds in a["--datasets"].split(","):
         w = os.path.join(a["--work"], ds)
         rows = []
         pred = {
             "mha": load(os.path.join(w, "pred", "mha.measure.json")),
             "mha_bf16": load(os.path.join(w, "pred", "mha_bf16.measure.json")),
+            "mha_int8": load(os.path.join(w, "pred", "mha_int8.measure.json")),
             "torch_same": load(os.path.join(w, "pred", "torch_same.json")),
             "torch_articles": load(os.path.join(w, "pred", "torch_articles.json")),
             "fasttext": load(os.path.join(w, "pred", "fasttext.measure.json")),
@@ -896,9 +897,14 @@ def report_main(args):
             if ft["wall_s"] and fti.get("tokens") and ft["rc"] == 0:
                 ft["tokens_per_s"] = fti["tokens"] * fti["epochs"] / ft["wall_s"]
                 ft["epoch_s"] = ft["wall_s"] / fti["epochs"]
+            # int8 inference of the fp32 model (same weights as the mha fp32 row): no training
+            # columns; its test accuracy from mha-predict --eval --precision int8
+            mhi = {"system": "mha int8 inference", "test": load(os.path.join(w, "pred", "mha_int8_eval.json"))}
             flops = ts.get("useful_flops_per_epoch")
             systems = [("mha fp32", mha, mha.get("tokens_per_s"), mha.get("epoch_s"), "mha"),
                        ("mha bf16 (train.precision=bf16)", mhb, mhb.get("tokens_per_s"), mhb.get("epoch_s"), "mha_bf16"),
+                       ("mha int8 inference (mha-predict --precision int8 on the fp32 model)", mhi, None, None,
+                        "mha_int8"),
                        ("PyTorch eager (same batches)", ts, ts.get("tokens_per_s"), ts.get("epoch_s_mean"), "torch_same"),
                        ("PyTorch eager (articles' style: random batches padded to max_len)", ta,
                         ta.get("tokens_per_s"), ta.get("epoch_s_mean"), "torch_articles"),
@@ -906,6 +912,7 @@ def report_main(args):
                         "fasttext")]
             mha_tps, mha_lps = mha.get("tokens_per_s"), pred_lps("mha")
             mhb_tps, mhb_lps = mhb.get("tokens_per_s"), pred_lps("mha_bf16")
+            mhi_lps = pred_lps("mha_int8")
             for name, r, tps, eps, key in systems:
                 lps = pred_lps(key)
                 acc = (r.get("test") or {}).get("accuracy")
@@ -918,16 +925,17 @@ def report_main(args):
                 md.append(f"| {ds} | {name} | {fmt(tps, ',.0f')} | {fmt(eps, '.1f')} | "
                           f"{fmt(rss / 1024 if rss else None, '.0f')} | {fmt(acc, '.4f')} | {fmt(lps, ',.0f')} | "
                           f"{ratio(mha_tps, tps)}, {ratio(mha_lps, lps)} | "
-                          f"{ratio(mhb_tps, tps)}, {ratio(mhb_lps, lps)} |")
+                          f"{ratio(mhb_tps, tps)}, {ratio(mhb_lps, lps)} | {ratio(mhi_lps, lps)} |")
             out["datasets"][ds] = {"info": info, "predict_info": pinfo,
                                    "systems": {k: r for (_, r, _, _, k) in systems}}
         else:
             names = [("mha", "mha-predict --precision fp32 (end to end: read, tokenize, forward, write)"),
                      ("mha_bf16", "mha-predict --precision bf16 (end to end)"),
+                     ("mha_int8", "mha-predict --precision int8 (end to end)"),
                      ("torch_same", "PyTorch eager no_grad (same batches, forward only)"),
                      ("torch_articles", "PyTorch eager no_grad (padded to max_len, forward only)"),
                      ("fasttext", "fasttext predict (end to end, 1 thread)")]
-            mha_lps, mhb_lps = pred_lps("mha"), pred_lps("mha_bf16")
+            mha_lps, mhb_lps, mhi_lps = pred_lps("mha"), pred_lps("mha_bf16"), pred_lps("mha_int8")
             for key, name in names:
                 p = pred[key] or {}
                 lps = pred_lps(key)
@@ -935,7 +943,7 @@ def report_main(args):
                 rss = p.get("peak_rss_kib")
                 md.append(f"| {ds} | {name} | {fmt(lps, ',.0f')} | {fmt(wall, '.2f')} | "
                           f"{fmt(rss / 1024 if rss else None, '.0f')} | {ratio(mha_lps, lps)} | "
-                          f"{ratio(mhb_lps, lps)} |")
+                          f"{ratio(mhb_lps, lps)} | {ratio(mhi_lps, lps)} |")
                 p["lines_per_s"] = lps
             out["datasets"][ds] = {"predict_info": pinfo, "systems": pred}
     text = "\n".join(md) + "\n"

@@ -10,6 +10,8 @@
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/layers_int8.h"
 #include <stdio.h>
 
 /* ---- memory: host memory, 64-byte aligned ---- */
@@ -151,6 +153,19 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
     table.attention_backward_math = mha_attention_backward_math_bf16;
     table.attention_forward_fused = mha_attention_forward_fused_bf16;
     table.attention_backward_fused = mha_attention_backward_fused_bf16;
+    return &table;
+}
+
+const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
+    static Backend table;
+    if (!mha_i8_fast()) {
+        if (why) snprintf(why, why_len, "this CPU has no AVX512_VNNI instructions");
+        return NULL;
+    }
+    const Backend *base = mha_cpu_backend_bf16(threads, NULL, 0);
+    table = base ? *base : *mha_cpu_backend(threads);
+    table.int8 = 1;
+    table.linear_forward = mha_linear_forward_int8;
     return &table;
 }
 

@@ -15,7 +15,8 @@ expect_exit 1 "bad.tsv:2:" "$TRAIN" --config "$TMP/c.json" --set data.train="$TM
 expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --quiet
 expect_exit 2 "missing --model" "$PREDICT"
 expect_exit 2 "top-k" "$PREDICT" --model x --top-k 0
-expect_exit 2 "expected fp32 or bf16" "$PREDICT" --model x --precision fp16
+expect_exit 2 "expected fp32, bf16 or int8" "$PREDICT" --model x --precision fp16
+expect_exit 2 "int8 runs on the cpu only" "$PREDICT" --model x --precision int8 --device cuda
 expect_exit 1 "nothere.mha" "$PREDICT" --model "$TMP/nothere.mha"
 printf 'not a checkpoint at all, just text\n' >"$TMP/fake.mha"
 expect_exit 1 "not an mha checkpoint" "$PREDICT" --model "$TMP/fake.mha"

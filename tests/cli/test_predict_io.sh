@@ -39,4 +39,15 @@ for k in accuracy macro_f1 per_class confusion '"n"'; do grep -q "$k" <<<"$json"
 paste "$TMP/p1" "$TMP/pb" | awk -F'\t' '{ n++; if ($1 != $3) d++; e = $2 - $4; if (e < 0) e = -e; if (e > m) m = e }
     END { exit !(n > 0 && d <= n / 20 && m < 0.05) }' || fail "bf16 predictions stray from the fp32 ones"
 [ "$(wc -l <"$TMP/pb")" = "$(wc -l <"$TMP/p1")" ] || fail "bf16 prediction line count differs"
+# int8 linear layers (bf16 where the CPU lacks AVX512_VNNI, with a note): the same, within
+# the quantization's error; --device cuda with int8 is a usage error
+"$PREDICT" --model "$M" --precision int8 "$TMP/plain.txt" >"$TMP/pi" 2>"$TMP/pi.err" || fail "predict --precision int8"
+paste "$TMP/p1" "$TMP/pi" | awk -F'\t' '{ n++; if ($1 != $3) d++; e = $2 - $4; if (e < 0) e = -e; if (e > m) m = e }
+    END { exit !(n > 0 && d <= n / 20 && m < 0.05) }' || fail "int8 predictions stray from the fp32 ones"
+[ "$(wc -l <"$TMP/pi")" = "$(wc -l <"$TMP/p1")" ] || fail "int8 prediction line count differs"
+if grep -q "AVX512_VNNI" "$TMP/pi.err"; then
+    cmp -s "$TMP/pi" "$TMP/pb" || fail "int8 without AVX512_VNNI must run as bf16"
+else
+    [ ! -s "$TMP/pi.err" ] || fail "int8 printed: $(cat "$TMP/pi.err")"
+fi
 finish

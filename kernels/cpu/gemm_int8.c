@@ -1,0 +1,242 @@
+/* kernels/cpu/gemm_int8.c: int8 x int8 -> int32 products for the linear layer at inference
+ * (see gemm_int8.h for the function computed and the packed layout).
+ *
+ * Fast path (x86-64 with AVX512_VNNI + AVX512BW, chosen at run time): a micro-tile of 8 rows x
+ * 32 columns lives in 16 zmm int32 accumulators; per group of 4 k it loads two vectors of
+ * packed W and broadcasts each row's 4 quantized bytes into vpdpbusd (64 multiply-adds per
+ * instruction, twice vdpbf16ps's 32). The rows of x are quantized into the caller's scratch
+ * once per call, whole depth at a time (int32 sums are exact, so no depth blocking is needed
+ * for accuracy; a panel of W, K x 32 bytes, stays in L1 for the usual K <= 1024). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/cpu/gemm_int8.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MHA_I8_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+
+/* ------------------------------------------------------------------ dispatch */
+
+static int force_portable;
+
+static int cpu_has_vnni(void) {
+#ifdef MHA_I8_X86
+    static int cached = -1;
+    if (cached < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        int vnni = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
+        cached = vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    }
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+int mha_i8_fast(void) { return !force_portable && cpu_has_vnni(); }
+void mha_i8_force_portable(int on) { force_portable = on; }
+
+static inline int round_up4(int k) { return (k + 3) & ~3; }
+
+/* ------------------------------------------------------------------ quantization */
+
+/* Portable: max |x|, then rint(x * (127 / max)) clamped to [-127, 127] (NaN -> 127), + 128. */
+static float quantize_row_portable(uint8_t *xu, const float *x, int K) {
+    float mx = 0.0f;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        mx = a > mx ? a : mx;
+    }
+    if (mx == 0.0f) {
+        memset(xu, 128, (size_t)K);
+        return 0.0f;
+    }
+    const float inv = 127.0f / mx;
+    for (int k = 0; k < K; k++) {
+        float v = x[k] * inv;
+        v = v < 127.0f ? v : 127.0f;
+        v = v > -127.0f ? v : -127.0f;
+        xu[k] = (uint8_t)(lrintf(v) + 128);
+    }
+    return mx / 127.0f;
+}
+
+#ifdef MHA_I8_X86
+static inline __mmask16 first_mask(int n) {
+    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
+}
+
+/* The same function, 16 lanes at a time (cvtps rounds to nearest even, as lrintf does). */
+FAST_TARGET static float quantize_row_fast(uint8_t *xu, const float *x, int K) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 16)
+        mx = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(first_mask(K - k), x + k)), mx);
+    const float mxs = _mm512_reduce_max_ps(mx);
+    if (mxs == 0.0f) {
+        memset(xu, 128, (size_t)K);
+        return 0.0f;
+    }
+    const __m512 inv = _mm512_set1_ps(127.0f / mxs);
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m512i off = _mm512_set1_epi32(128);
+    for (int k = 0; k < K; k += 16) {
+        const __mmask16 m = first_mask(K - k);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv);
+        v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
+        _mm512_mask_cvtepi32_storeu_epi8(xu + k, m, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
+    }
+    return mxs / 127.0f;
+}
+#endif
+
+float mha_i8_quantize_row(uint8_t *xu, const float *x, int K) {
+#ifdef MHA_I8_X86
+    if (mha_i8_fast()) return quantize_row_fast(xu, x, K);
+#endif
+    return quantize_row_portable(xu, x, K);
+}
+
+/* ------------------------------------------------------------------ packed W */
+
+size_t mha_i8_packed_w_bytes(int N, int K) {
+    size_t np = (size_t)mha_i8_panels(N) * MHA_I8_NR;
+    return np * (size_t)round_up4(K) + np * (sizeof(float) + sizeof(int32_t));
+}
+
+void mha_i8_pack_w(void *dst, const float *w, int ldw, int N, int K, int p0, int p1) {
+    const int kp = round_up4(K), np = mha_i8_panels(N) * MHA_I8_NR;
+    const size_t panel = (size_t)kp * MHA_I8_NR;              /* bytes per panel */
+    float *sw = (float *)(void *)((uint8_t *)dst + (size_t)mha_i8_panels(N) * panel);
+    int32_t *wsum = (int32_t *)(sw + np);
+    uint8_t row[4096];
+    uint8_t *big = kp > (int)sizeof row ? malloc((size_t)kp) : NULL;
+    uint8_t *wu = big ? big : row;
+    for (int p = p0; p < p1; p++) {
+        uint32_t *d32 = (uint32_t *)(void *)((uint8_t *)dst + (size_t)p * panel);
+        for (int j = 0; j < MHA_I8_NR; j++) {
+            const int n = p * MHA_I8_NR + j;
+            memset(wu, 128, (size_t)kp);      /* past K and past N: 0 after the -128 below */
+            float s = n < N ? mha_i8_quantize_row(wu, w + (size_t)n * ldw, K) : 0.0f;
+            int32_t sum = 0;
+            for (int k = 0; k < kp; k++) {
+                wu[k] = (uint8_t)(int8_t)(wu[k] - 128);        /* uint8 + 128 -> int8 bits */
+                sum += (int8_t)wu[k];
+            }
+            for (int kq = 0; kq < kp / 4; kq++) {
+                uint32_t v;
+                memcpy(&v, wu + 4 * kq, sizeof v);
+                d32[(size_t)kq * MHA_I8_NR + j] = v;
+            }
+            sw[n] = s;
+            wsum[n] = sum;
+        }
+    }
+    free(big);
+}
+
+/* ------------------------------------------------------------------ micro-kernels */
+
+/* y (mr x nr, stride ldy) = (acc - 128 wsum) * (sx sw) + bias for a (MR rows of kp bytes) and
+ * one panel b (kp/4, NR, 4). */
+static void kernel_portable(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
+                            const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < nr; j++) {
+            int32_t acc = 0;
+            for (int k = 0; k < kp; k++)
+                acc += (int32_t)a[(size_t)m * kp + k] * b[(size_t)(k / 4) * 4 * MHA_I8_NR + 4 * j + k % 4];
+            float c = (float)(acc - 128 * wsum[j]);
+            y[(size_t)m * ldy + j] = c * (sx[m] * sw[j]) + (bias ? bias[j] : 0.0f);
+        }
+}
+
+#ifdef MHA_I8_X86
+FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
+                                    const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
+    __m512i acc0[MHA_I8_MR], acc1[MHA_I8_MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MHA_I8_MR; m++) acc0[m] = acc1[m] = _mm512_setzero_si512();
+    for (int kq = 0; kq < kp / 4; kq++) {
+        const __m512i b0 = _mm512_load_si512((const void *)(b + (size_t)kq * 4 * MHA_I8_NR));
+        const __m512i b1 = _mm512_load_si512((const void *)(b + (size_t)kq * 4 * MHA_I8_NR + 64));
+#pragma GCC unroll 8
+        for (int m = 0; m < MHA_I8_MR; m++) {
+            int32_t quad;
+            memcpy(&quad, a + (size_t)m * kp + 4 * kq, sizeof quad);
+            const __m512i av = _mm512_set1_epi32(quad);
+            acc0[m] = _mm512_dpbusd_epi32(acc0[m], av, b0);
+            acc1[m] = _mm512_dpbusd_epi32(acc1[m], av, b1);
+        }
+    }
+    const __mmask16 k0 = first_mask(nr), k1 = first_mask(nr - 16);
+    const __m512i corr0 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)wsum), 7);
+    const __m512i corr1 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(wsum + 16)), 7);
+    const __m512 sw0 = _mm512_loadu_ps(sw), sw1 = _mm512_loadu_ps(sw + 16);
+    const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int m = 0; m < MHA_I8_MR; m++) {
+        if (m >= mr) break;
+        const __m512 s = _mm512_set1_ps(sx[m]);
+        float *yr = y + (size_t)m * ldy;
+        __m512 c0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[m], corr0));
+        _mm512_mask_storeu_ps(yr, k0, _mm512_add_ps(_mm512_mul_ps(c0, _mm512_mul_ps(s, sw0)), bias0));
+        if (k1) {
+            __m512 c1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[m], corr1));
+            _mm512_mask_storeu_ps(yr + 16, k1, _mm512_add_ps(_mm512_mul_ps(c1, _mm512_mul_ps(s, sw1)), bias1));
+        }
+    }
+}
+#endif
+
+/* ------------------------------------------------------------------ the product */
+
+size_t mha_i8_scratch_bytes(int M, int K) {
+    size_t mp = ((size_t)M + MHA_I8_MR - 1) / MHA_I8_MR * MHA_I8_MR;
+    return mp * sizeof(float) + mp * (size_t)round_up4(K) + 64;
+}
+
+void mha_i8_gemm(int M, int N, int K, const float *x, int ldx, const void *packed_w, const float *bias,
+                 float *y, int ldy, void *scratch) {
+    if (M <= 0 || N <= 0) return;
+    const int kp = round_up4(K), np = mha_i8_panels(N);
+    const size_t panel = (size_t)kp * MHA_I8_NR;
+    const float *sw = (const float *)(const void *)((const uint8_t *)packed_w + (size_t)np * panel);
+    const int32_t *wsum = (const int32_t *)(sw + (size_t)np * MHA_I8_NR);
+    const int mp = (M + MHA_I8_MR - 1) / MHA_I8_MR * MHA_I8_MR;
+    float *sx = scratch;                                          /* (Mp) */
+    uint8_t *xa = (uint8_t *)scratch + (((size_t)mp * sizeof(float) + 63) & ~(size_t)63);   /* (Mp, kp) */
+    for (int m = 0; m < mp; m++) {
+        uint8_t *row = xa + (size_t)m * kp;
+        if (m < M) {
+            if (kp > K) memset(row + K, 128, (size_t)(kp - K));
+            sx[m] = K > 0 ? mha_i8_quantize_row(row, x + (size_t)m * ldx, K) : 0.0f;
+        } else {
+            memset(row, 128, (size_t)kp);
+            sx[m] = 0.0f;
+        }
+    }
+    const int fast = mha_i8_fast();
+    for (int p = 0; p < np; p++) {
+        const int8_t *bp = (const int8_t *)packed_w + (size_t)p * panel;
+        const int n0 = p * MHA_I8_NR, nr = N - n0 < MHA_I8_NR ? N - n0 : MHA_I8_NR;
+        for (int m0 = 0; m0 < M; m0 += MHA_I8_MR) {
+            const int mr = M - m0 < MHA_I8_MR ? M - m0 : MHA_I8_MR;
+            const uint8_t *ap = xa + (size_t)m0 * kp;
+            float *yp = y + (size_t)m0 * ldy + n0;
+#ifdef MHA_I8_X86
+            if (fast) {
+                kernel_fast(ap, kp, bp, sx + m0, sw + n0, wsum + n0, bias ? bias + n0 : NULL, yp, ldy, mr, nr);
+                continue;
+            }
+#endif
+            (void)fast;
+            kernel_portable(ap, kp, bp, sx + m0, sw + n0, wsum + n0, bias ? bias + n0 : NULL, yp, ldy, mr, nr);
+        }
+    }
+}

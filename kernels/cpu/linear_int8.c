@@ -1,0 +1,61 @@
+/* kernels/cpu/linear_int8.c: the linear layer's forward pass with int8 products (gemm_int8.h:
+ * inputs quantized per row, weights per output channel, int32 accumulation), for inference:
+ * mha_cpu_backend_int8 (mha-predict --precision int8). There is no int8 backward: that
+ * table's linear_backward is the bf16/fp32 one, and nothing trains through it.
+ *
+ * Threading as in linear_bf16.c: the weights are quantized and packed once per call, one
+ * panel per OpenMP task; then the threads take row blocks of the input dynamically, each
+ * quantizing its own rows into its own scratch. */
+#include <stdio.h>
+#include <omp.h>
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/layers_f32.h"
+#include "kernels/cpu/layers_int8.h"
+
+/* A buffer of the calling thread, grown on demand and kept (a warm call allocates nothing).
+ * Per thread, so that concurrent callers (prediction workers) never share one. */
+typedef struct {
+    void *p;
+    size_t cap;   /* bytes */
+} Buffer;
+
+static void *buffer_get(Buffer *b, size_t bytes) {
+    if (bytes > b->cap) {
+        free(b->p);
+        b->p = mha_cpu_aligned_alloc(bytes);
+        b->cap = b->p ? bytes : 0;
+        if (!b->p) {
+            fprintf(stderr, "mha: out of memory (%zu MiB for an int8 workspace)\n", bytes >> 20);
+            exit(1);
+        }
+    }
+    return b->p;
+}
+
+static _Thread_local Buffer tl_packed;    /* the packed weights of the calling thread's product */
+static _Thread_local Buffer tl_scratch;   /* a worker's quantized rows */
+
+void mha_linear_forward_int8(float *out, const float *inp, const float *w, const float *bias,
+                             int N, int IC, int OC) {
+    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+    if (N <= 0 || OC <= 0 || IC <= 0) {
+        mha_linear_forward_f32(out, inp, w, bias, N, IC, OC);   /* the empty cases */
+        return;
+    }
+    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    void *wp = buffer_get(&tl_packed, mha_i8_packed_w_bytes(OC, IC));
+    const int np = mha_i8_panels(OC);
+#pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
+    for (int p = 0; p < np; p++) mha_i8_pack_w(wp, w, IC, OC, IC, p, p + 1);
+    const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_I8_MR) : 1;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int blk = 0; blk < nb; blk++) {
+        int n0, n1;
+        mha_split_rows(N, blk, nb, MHA_I8_MR, &n0, &n1);
+        if (n1 <= n0) continue;
+        void *scratch = buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC));
+        mha_i8_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, wp, bias, out + (size_t)n0 * OC, OC, scratch);
+    }
+}
