@@ -22,6 +22,73 @@ static void *alloc_or_flag(Allocator *a, size_t bytes) {
     return p;
 }
 
+/* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). */
+static void alloc_forward(Model *m, Allocator *A) {
+    const ModelDims *d = &m->d;
+    size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
+    size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
+    m->ids = alloc_or_flag(A, N * sizeof(int32_t));
+    m->lengths = alloc_or_flag(A, Bmax * sizeof(int32_t));
+    m->labels = alloc_or_flag(A, Bmax * sizeof(int32_t));
+    m->emb = alloc_or_flag(A, N * C * fl);
+    m->acts = calloc((size_t)(d->L > 0 ? d->L : 1), sizeof *m->acts);
+    for (int l = 0; m->acts && l < d->L; l++) {
+        LayerActs *a = &m->acts[l];
+        a->ln1 = alloc_or_flag(A, N * C * fl);
+        a->ln1_mean = alloc_or_flag(A, N * fl);
+        a->ln1_rstd = alloc_or_flag(A, N * fl);
+        a->qkv = alloc_or_flag(A, 3 * N * C * fl);
+        a->atty = alloc_or_flag(A, N * C * fl);
+        if (d->fused_attention) a->lse = alloc_or_flag(A, Bmax * d->NH * m->Tmax * fl);
+        else a->att = alloc_or_flag(A, att_elems * fl);
+        a->attproj = alloc_or_flag(A, N * C * fl);
+        a->res1 = alloc_or_flag(A, N * C * fl);
+        a->fc1 = alloc_or_flag(A, N * F * fl);
+        a->fch = alloc_or_flag(A, N * F * fl);
+        a->fc2 = alloc_or_flag(A, N * C * fl);
+        a->res2 = alloc_or_flag(A, N * C * fl);
+        a->ln2 = alloc_or_flag(A, N * C * fl);
+        a->ln2_mean = alloc_or_flag(A, N * fl);
+        a->ln2_rstd = alloc_or_flag(A, N * fl);
+    }
+    if (d->pre_norm) {
+        m->lnf = alloc_or_flag(A, N * C * fl);
+        m->lnf_mean = alloc_or_flag(A, N * fl);
+        m->lnf_rstd = alloc_or_flag(A, N * fl);
+    }
+    m->pooled = alloc_or_flag(A, Bmax * C * fl);
+    m->argmax = alloc_or_flag(A, Bmax * C * sizeof(int32_t));
+    m->logits = alloc_or_flag(A, Bmax * K * fl);
+    m->probs = alloc_or_flag(A, Bmax * K * fl);
+    m->losses = alloc_or_flag(A, Bmax * fl);
+    m->h_probs = malloc(Bmax * K * fl);
+    m->h_losses = malloc(Bmax * fl);
+    if (!m->acts || !m->h_probs || !m->h_losses) A->failed = 1;
+}
+
+/* The backward pass's gradient scratch (dx to dlogits). */
+static void alloc_backward(Model *m, Allocator *A) {
+    const ModelDims *d = &m->d;
+    size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
+    size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
+    m->dx = alloc_or_flag(A, N * C * fl);
+    m->dy = alloc_or_flag(A, N * C * fl);
+    m->dz = alloc_or_flag(A, N * C * fl);
+    m->dqkv = alloc_or_flag(A, 3 * N * C * fl);
+    m->dff1 = alloc_or_flag(A, N * F * fl);
+    m->dff2 = alloc_or_flag(A, N * F * fl);
+    if (!d->fused_attention) m->datt = alloc_or_flag(A, att_elems * fl);
+    m->dpooled = alloc_or_flag(A, Bmax * C * fl);
+    m->dlogits = alloc_or_flag(A, Bmax * K * fl);
+}
+
+static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
+    return mha_fail(err, MHA_EXIT_DATA,
+                    "%s backend: out of memory allocating %.1f MiB for a model with %d layers "
+                    "at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
+                    m->be->name, A->bytes / 1048576.0, m->d.L, m->Bmax, m->Tmax);
+}
+
 int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
                  int decay_embeddings, int decay_norms, MhaError *err) {
     memset(m, 0, sizeof *m);
@@ -31,10 +98,7 @@ int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int 
     m->Tmax = Tmax;
     param_layout_build(&m->lay, d, decay_embeddings, decay_norms);
     Allocator A = {be, 0, 0};
-    size_t N = (size_t)Bmax * Tmax, C = d->C, F = d->F, K = d->K, fl = sizeof(float);
-    size_t att_elems = (size_t)Bmax * d->NH * Tmax * Tmax;
-    size_t total_before = 0;
-    (void)total_before;
+    size_t C = d->C, fl = sizeof(float);
     m->params = alloc_or_flag(&A, m->lay.total * fl);
     m->grads = alloc_or_flag(&A, m->lay.total * fl);
     if (!d->learned_pos) {
@@ -43,65 +107,52 @@ int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int 
         if (h && m->pos_table) { sinusoidal_table(h, d->P, (int)C); be->to_device(m->pos_table, h, (size_t)d->P * C * fl); }
         free(h);
     }
-    m->ids = alloc_or_flag(&A, N * sizeof(int32_t));
-    m->lengths = alloc_or_flag(&A, Bmax * sizeof(int32_t));
-    m->labels = alloc_or_flag(&A, Bmax * sizeof(int32_t));
-    m->emb = alloc_or_flag(&A, N * C * fl);
-    m->acts = calloc((size_t)(d->L > 0 ? d->L : 1), sizeof *m->acts);
-    for (int l = 0; l < d->L; l++) {
-        LayerActs *a = &m->acts[l];
-        a->ln1 = alloc_or_flag(&A, N * C * fl);
-        a->ln1_mean = alloc_or_flag(&A, N * fl);
-        a->ln1_rstd = alloc_or_flag(&A, N * fl);
-        a->qkv = alloc_or_flag(&A, 3 * N * C * fl);
-        a->atty = alloc_or_flag(&A, N * C * fl);
-        if (d->fused_attention) a->lse = alloc_or_flag(&A, (size_t)Bmax * d->NH * Tmax * fl);
-        else a->att = alloc_or_flag(&A, att_elems * fl);
-        a->attproj = alloc_or_flag(&A, N * C * fl);
-        a->res1 = alloc_or_flag(&A, N * C * fl);
-        a->fc1 = alloc_or_flag(&A, N * F * fl);
-        a->fch = alloc_or_flag(&A, N * F * fl);
-        a->fc2 = alloc_or_flag(&A, N * C * fl);
-        a->res2 = alloc_or_flag(&A, N * C * fl);
-        a->ln2 = alloc_or_flag(&A, N * C * fl);
-        a->ln2_mean = alloc_or_flag(&A, N * fl);
-        a->ln2_rstd = alloc_or_flag(&A, N * fl);
-    }
-    if (d->pre_norm) {
-        m->lnf = alloc_or_flag(&A, N * C * fl);
-        m->lnf_mean = alloc_or_flag(&A, N * fl);
-        m->lnf_rstd = alloc_or_flag(&A, N * fl);
-    }
-    m->pooled = alloc_or_flag(&A, Bmax * C * fl);
-    m->argmax = alloc_or_flag(&A, Bmax * C * sizeof(int32_t));
-    m->logits = alloc_or_flag(&A, Bmax * K * fl);
-    m->probs = alloc_or_flag(&A, Bmax * K * fl);
-    m->losses = alloc_or_flag(&A, Bmax * fl);
-    m->dx = alloc_or_flag(&A, N * C * fl);
-    m->dy = alloc_or_flag(&A, N * C * fl);
-    m->dz = alloc_or_flag(&A, N * C * fl);
-    m->dqkv = alloc_or_flag(&A, 3 * N * C * fl);
-    m->dff1 = alloc_or_flag(&A, N * F * fl);
-    m->dff2 = alloc_or_flag(&A, N * F * fl);
-    if (!d->fused_attention) m->datt = alloc_or_flag(&A, att_elems * fl);
-    m->dpooled = alloc_or_flag(&A, Bmax * C * fl);
-    m->dlogits = alloc_or_flag(&A, Bmax * K * fl);
-    m->h_probs = malloc(Bmax * K * fl);
-    m->h_losses = malloc(Bmax * fl);
-    if (A.failed || !m->acts || !m->h_probs || !m->h_losses) {
+    alloc_forward(m, &A);
+    alloc_backward(m, &A);
+    if (A.failed) {
+        int rc = out_of_memory(m, &A, err);
         model_destroy(m);
-        return mha_fail(err, MHA_EXIT_DATA,
-                        "%s backend: out of memory allocating %.1f MiB for a model with %d layers "
-                        "at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
-                        be->name, A.bytes / 1048576.0, d->L, Bmax, Tmax);
+        return rc;
     }
     be->zero(m->grads, m->lay.total * fl);
     return 0;
 }
 
+/* One forward-only replica r of m (see model_replicas). */
+static int replica_create(Model *r, const Model *m) {
+    memset(r, 0, sizeof *r);
+    r->d = m->d;
+    r->be = m->be;
+    r->Bmax = m->Bmax;
+    r->Tmax = m->Tmax;
+    r->replica_of = m;
+    param_layout_build(&r->lay, &m->d, 0, 0);   /* the same offsets (decay flags aside) */
+    r->params = m->params;
+    r->pos_table = m->pos_table;
+    Allocator A = {m->be, 0, 0};
+    alloc_forward(r, &A);
+    if (A.failed) {
+        model_destroy(r);
+        return -1;
+    }
+    return 0;
+}
+
+int model_replicas(Model *m, int n) {
+    if (n <= m->n_replicas) return m->n_replicas;
+    Model *grown = realloc(m->replicas, (size_t)n * sizeof *grown);
+    if (!grown) return m->n_replicas;
+    m->replicas = grown;
+    while (m->n_replicas < n && replica_create(&m->replicas[m->n_replicas], m) == 0) m->n_replicas++;
+    return m->n_replicas;
+}
+
 void model_destroy(Model *m) {
     const Backend *be = m->be;
     if (!be) return;
+    for (int i = 0; i < m->n_replicas; i++) model_destroy(&m->replicas[i]);
+    free(m->replicas);
+    if (m->replica_of) m->params = m->pos_table = NULL;   /* the model's, not this replica's */
     void *ptrs[] = {m->params, m->grads, m->pos_table, m->ids, m->lengths, m->labels, m->emb,
                     m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled, m->argmax, m->logits, m->probs,
                     m->losses, m->dx, m->dy, m->dz, m->dqkv, m->dff1, m->dff2, m->datt,
@@ -164,6 +215,33 @@ static void attention_backward(Model *m, LayerActs *a, const float *datty, float
                                        m->T, d->C, d->NH, d->causal, p, seed);
 }
 
+/* res (N, OC) = residual + dropout(inp (N, IC) @ w^T + b), the linear output kept in lin for
+ * the backward; fused into one call (lin unused) when `fuse` (p is then 0). */
+static void linear_residual(const Backend *be, int fuse, float *res, float *lin, const float *inp,
+                            const float *w, const float *b, int N, int IC, int OC,
+                            const float *residual, float p, uint64_t seed) {
+    if (fuse) {
+        be->linear_forward_post(res, inp, w, b, N, IC, OC, -1, residual);
+        return;
+    }
+    size_t n = (size_t)N * OC;
+    be->linear_forward(lin, inp, w, b, N, IC, OC);
+    be->dropout_forward(lin, lin, n, p, seed, 0);
+    be->add(res, residual, lin, n);
+}
+
+/* h (N, OC) = act(pre), pre = inp (N, IC) @ w^T + b kept for the backward; fused (pre
+ * unused) when `fuse`. */
+static void linear_act(const Backend *be, int fuse, float *h, float *pre, const float *inp,
+                       const float *w, const float *b, int N, int IC, int OC, int act) {
+    if (fuse) {
+        be->linear_forward_post(h, inp, w, b, N, IC, OC, act, NULL);
+        return;
+    }
+    be->linear_forward(pre, inp, w, b, N, IC, OC);
+    be->act_forward(h, pre, (size_t)N * OC, act);
+}
+
 double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
                      int B, int T, int train, uint64_t dropout_seed) {
     const Backend *be = m->be;
@@ -184,6 +262,9 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
     be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
     be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
 
+    /* Without gradients the backend may fuse each linear layer with what follows it
+     * (Backend.linear_forward_post: the same values, fewer passes over memory). */
+    const int fuse = !train && be->linear_forward_post;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
         const LayerOffsets *o = &L->layer[l];
@@ -191,29 +272,24 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
         if (!d->pre_norm) {  /* x = LN1(x + attn(x)); x = LN2(x + ffn(x)) */
             be->linear_forward(a->qkv, x, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
-            be->linear_forward(a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C);
-            be->dropout_forward(a->attproj, a->attproj, NC, p, site_seed(dropout_seed, l, 2), 0);
-            be->add(a->res1, x, a->attproj, NC);
+            /* res1 = x + dropout(atty @ proj_w^T + proj_b) */
+            linear_residual(be, fuse, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+                            x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res1, W + o->ln1_w, W + o->ln1_b, N, C);
-            be->linear_forward(a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F);
-            be->act_forward(a->fch, a->fc1, (size_t)N * F, d->act);
-            be->linear_forward(a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C);
-            be->dropout_forward(a->fc2, a->fc2, NC, p, site_seed(dropout_seed, l, 3), 0);
-            be->add(a->res2, a->ln1, a->fc2, NC);
+            linear_act(be, fuse, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(be, fuse, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+                            a->ln1, p, site_seed(dropout_seed, l, 3));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W + o->ln2_w, W + o->ln2_b, N, C);
         } else {             /* x = x + attn(LN1(x)); x = x + ffn(LN2(x)) */
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + o->ln1_w, W + o->ln1_b, N, C);
             be->linear_forward(a->qkv, a->ln1, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
-            be->linear_forward(a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C);
-            be->dropout_forward(a->attproj, a->attproj, NC, p, site_seed(dropout_seed, l, 2), 0);
-            be->add(a->res1, x, a->attproj, NC);
+            linear_residual(be, fuse, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+                            x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, W + o->ln2_w, W + o->ln2_b, N, C);
-            be->linear_forward(a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F);
-            be->act_forward(a->fch, a->fc1, (size_t)N * F, d->act);
-            be->linear_forward(a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C);
-            be->dropout_forward(a->fc2, a->fc2, NC, p, site_seed(dropout_seed, l, 3), 0);
-            be->add(a->res2, a->res1, a->fc2, NC);
+            linear_act(be, fuse, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(be, fuse, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+                            a->res1, p, site_seed(dropout_seed, l, 3));
         }
     }
     if (d->pre_norm)

@@ -24,7 +24,7 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
 } LayerActs;
 
-typedef struct {
+typedef struct Model {
     ModelDims d;
     const Backend *be;
     ParamLayout lay;
@@ -50,6 +50,10 @@ typedef struct {
     float *dpooled, *dlogits; /* (B, C), (B, K) */
     /* host copies of the last forward's outputs */
     float *h_probs, *h_losses;  /* (Bmax, K), (Bmax) */
+    /* data-parallel evaluation (model/evaluate.c): see model_replicas */
+    struct Model *replicas;     /* (n_replicas) forward-only replicas, freed with the model */
+    int n_replicas;
+    const struct Model *replica_of;  /* in a replica: the model whose params it reads */
 } Model;
 
 /* Allocates parameters (uninitialised), gradients and activations for batches of up to
@@ -58,6 +62,12 @@ typedef struct {
 int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
                  int decay_embeddings, int decay_norms, MhaError *err);
 void model_destroy(Model *m);
+/* Grows m->replicas to n forward-only replicas of m, for threads running forward passes
+ * at once (model/evaluate.c): each has its own activations (Bmax x Tmax) and reads m's
+ * parameters, shared and not copied, so it always runs m's current weights. A replica has
+ * no gradients (forward, model_attention_weights only); model_destroy(m) frees them.
+ * Returns how many m has: fewer than n when memory runs out. */
+int model_replicas(Model *m, int n);
 /* Initialise parameters on the host with the seed and upload them. */
 void model_init_params(Model *m, uint64_t seed);
 

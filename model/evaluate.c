@@ -1,21 +1,163 @@
-/* model/evaluate.c: batched evaluation and prediction over a dataset. */
+/* model/evaluate.c: batched evaluation and prediction over a dataset.
+ *
+ * Batches are sorted by length and handed to the sinks in that order. On the CPU backend
+ * with W > 1 OpenMP threads, their forward passes run data-parallel: a round copies up to
+ * ROUND_PER_WORKER x W batches; W workers (the model and W - 1 replicas reading its
+ * parameters) take them one at a time, longest first, each running whole forward passes with
+ * single-threaded ops (one OpenMP region per round instead of tens per batch); then the sinks
+ * see the round's batches in order. A batch's results do not depend on the worker that ran
+ * it: they are the bits of the one-batch-at-a-time path with ops on one thread, and so with
+ * ops on any number of threads where the ops' bits do not depend on it (bf16, int8; fp32 not
+ * yet, its OpenBLAS row blocks: tests/model/test_evaluate.c). A sink that reads the model's
+ * activations (predict_dataset's `extra`) keeps the one-batch-at-a-time path. */
 #include "model/evaluate.h"
+#include "kernels/cpu/layers_f32.h"
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Runs forward over every batch (sorted by length, no shuffling) and hands each
- * example's probabilities and loss to `sink`. */
+enum { ROUND_PER_WORKER = 8 };   /* batches per worker and round: evens out their lengths */
+
+static int max_workers;          /* evaluate_set_workers; 0: one per OpenMP thread */
+
+void evaluate_set_workers(int n) { max_workers = n > 0 ? n : 0; }
+
+static void forward_batch(Model *m, const Batch *b, int with_labels) {
+    model_forward(m, b->ids, b->lengths, with_labels ? b->labels : NULL, b->B, b->T, 0, 0);
+}
+
+/* Hands every example of b to `sink`: probs (B, K), losses (B) or NULL. */
+static void sink_batch(const Model *m, const Batch *b, const float *probs, const float *losses,
+                       ExampleSink sink, void *ctx) {
+    int K = m->d.K;
+    for (int i = 0; i < b->B; i++) sink(ctx, m, b, i, probs + (size_t)i * K, losses ? losses[i] : 0.0f);
+}
+
+/* ---- the data-parallel path ---- */
+
+/* The table's ops are the CPU kernels themselves (the fp32, bf16 or int8 table), which
+ * several host threads may call at once on their own data. Not a wrapping table such as
+ * kernels/profile.c's (its counters belong to one thread), nor another device. */
+static int cpu_kernels(const Backend *be) {
+    return strcmp(be->name, "cpu") == 0 && be->embed_forward == mha_embed_forward_f32;
+}
+
+/* How many workers run batches at once; 1: the sequential path. */
+static int worker_count(const Model *m, int n_batches) {
+    if (!cpu_kernels(m->be) || omp_in_parallel()) return 1;
+    int w = omp_get_max_threads();
+    if (max_workers > 0 && max_workers < w) w = max_workers;
+    if (w > n_batches) w = n_batches;
+    return w > 1 ? w : 1;
+}
+
+/* One batch of a round: a copy (batcher_next reuses its buffers) and its outputs. */
+typedef struct {
+    Batch batch;
+    float *probs, *losses;   /* (Bmax, K), (Bmax) */
+} Slot;
+
+/* Arrays for up to Bmax examples of up to Tmax tokens, as the batcher's own. */
+static int slot_alloc(Slot *s, int Bmax, int Tmax, int K) {
+    Batch *b = &s->batch;
+    size_t cells = (size_t)Bmax * Tmax;
+    b->ids = malloc(cells * sizeof *b->ids);                  /* (Bmax, Tmax) */
+    b->mask = malloc(cells * sizeof *b->mask);                /* (Bmax, Tmax) */
+    b->lengths = malloc((size_t)Bmax * sizeof *b->lengths);   /* (Bmax) each */
+    b->labels = malloc((size_t)Bmax * sizeof *b->labels);
+    b->index = malloc((size_t)Bmax * sizeof *b->index);
+    s->probs = malloc((size_t)Bmax * K * sizeof *s->probs);
+    s->losses = malloc((size_t)Bmax * sizeof *s->losses);
+    return b->ids && b->mask && b->lengths && b->labels && b->index && s->probs && s->losses ? 0 : -1;
+}
+
+static void slot_free(Slot *s) {
+    Batch *b = &s->batch;
+    free(b->ids), free(b->mask), free(b->lengths), free(b->labels), free(b->index);
+    free(s->probs), free(s->losses);
+}
+
+static void batch_copy(Batch *dst, const Batch *src) {
+    size_t bt = (size_t)src->B * src->T, b = (size_t)src->B;
+    dst->B = src->B;
+    dst->T = src->T;
+    dst->real_tokens = src->real_tokens;
+    memcpy(dst->ids, src->ids, bt * sizeof *dst->ids);
+    memcpy(dst->mask, src->mask, bt * sizeof *dst->mask);
+    memcpy(dst->lengths, src->lengths, b * sizeof *dst->lengths);
+    memcpy(dst->labels, src->labels, b * sizeof *dst->labels);
+    memcpy(dst->index, src->index, b * sizeof *dst->index);
+}
+
+/* The forward passes of slots[0..n) on W workers, models[w] for thread w. The batches come
+ * sorted by length: taken from the last, the longest go first and the short ones fill in.
+ * Every thread of the caller joins, W or not: a smaller team makes libgomp retire the other
+ * threads, and with them their thread-local kernel buffers (unfreed); threads without a
+ * model take nothing. Inside a worker every op's own OpenMP region runs on that one thread:
+ * nthreads-var is 1 in the worker's task (whatever OMP_MAX_ACTIVE_LEVELS allows), so
+ * omp_get_max_threads() is 1 there and the ops size their work and scratch for one thread. */
+static void forward_round(Model **models, int W, Slot *slots, int n, int with_labels) {
+    int taken = 0;   /* batches handed out so far */
+#pragma omp parallel
+    {
+        omp_set_num_threads(1);
+        const int t = omp_get_thread_num();
+        Model *mw = t < W ? models[t] : NULL;
+        const size_t K = mw ? (size_t)mw->d.K : 0;
+        while (mw) {
+            int j;
+#pragma omp atomic capture
+            j = taken++;
+            if (j >= n) break;
+            Slot *s = &slots[n - 1 - j];
+            forward_batch(mw, &s->batch, with_labels);
+            memcpy(s->probs, mw->h_probs, (size_t)s->batch.B * K * sizeof *s->probs);
+            if (with_labels) memcpy(s->losses, mw->h_losses, (size_t)s->batch.B * sizeof *s->losses);
+        }
+    }
+}
+
+/* Rounds of batches: copied, run on W workers, then handed to the sinks in batch order (with
+ * m, whose activations are not those of the batch). Returns 0, or -1 with nothing run when
+ * memory for two workers and their round is lacking. */
+static int run_parallel(Model *m, Batcher *bt, int W, int with_labels, ExampleSink sink, void *ctx) {
+    W = model_replicas(m, W - 1) + 1;
+    const int R = W * ROUND_PER_WORKER;
+    Model **models = malloc((size_t)W * sizeof *models);
+    Slot *slots = calloc((size_t)R, sizeof *slots);
+    int ok = W > 1 && models && slots;
+    for (int i = 0; ok && i < R; i++) ok = slot_alloc(&slots[i], bt->batch_size, bt->max_len, m->d.K) == 0;
+    for (int w = 0; ok && w < W; w++) models[w] = w ? &m->replicas[w - 1] : m;
+    while (ok) {
+        int n = 0;
+        const Batch *b;
+        while (n < R && (b = batcher_next(bt)) != NULL) batch_copy(&slots[n++].batch, b);
+        if (n == 0) break;
+        forward_round(models, W, slots, n, with_labels);
+        for (int i = 0; i < n; i++)
+            sink_batch(m, &slots[i].batch, slots[i].probs, with_labels ? slots[i].losses : NULL, sink, ctx);
+    }
+    for (int i = 0; slots && i < R; i++) slot_free(&slots[i]);
+    free(slots);
+    free(models);
+    return ok ? 0 : -1;
+}
+
+/* Runs forward over every batch (sorted by length, no shuffling) and hands each example's
+ * probabilities and loss to `sink`, in batch order; reads_model: the sink reads the
+ * activations of the example's batch from the model it gets (one batch at a time). */
 static void run_batches(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                        int add_cls, int with_labels,
-                        ExampleSink sink, void *ctx) {
+                        int add_cls, int with_labels, int reads_model, ExampleSink sink, void *ctx) {
     Batcher bt;
     if (batcher_init(&bt, ds, batch_size, max_len, truncate, add_cls, 1, 0) != 0) return;
     batcher_start_epoch(&bt, 0, 0, 0);
-    const Batch *b;
-    int K = m->d.K;
-    while ((b = batcher_next(&bt)) != NULL) {
-        model_forward(m, b->ids, b->lengths, with_labels ? b->labels : NULL, b->B, b->T, 0, 0);
-        for (int i = 0; i < b->B; i++)
-            sink(ctx, m, b, i, m->h_probs + (size_t)i * K, with_labels ? m->h_losses[i] : 0.0f);
+    int W = reads_model ? 1 : worker_count(m, bt.n_batches);
+    if (W <= 1 || run_parallel(m, &bt, W, with_labels, sink, ctx) != 0) {
+        const Batch *b;
+        while ((b = batcher_next(&bt)) != NULL) {
+            forward_batch(m, b, with_labels);
+            sink_batch(m, b, m->h_probs, with_labels ? m->h_losses : NULL, sink, ctx);
+        }
     }
     batcher_free(&bt);
 }
@@ -37,7 +179,7 @@ void evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, 
                       int add_cls, Metrics *out) {
     metrics_init(out, m->d.K);
     EvalCtx e = {out, m->d.K};
-    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 1, eval_sink, &e);
+    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 1, 0, eval_sink, &e);
 }
 
 typedef struct { float *probs; int K; ExampleSink extra; void *extra_ctx; } PredCtx;
@@ -50,5 +192,5 @@ static void pred_sink(void *ctx, const Model *m, const Batch *b, int row, const 
 void predict_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
                      int add_cls, float *probs, ExampleSink extra, void *extra_ctx) {
     PredCtx p = {probs, m->d.K, extra, extra_ctx};
-    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 0, pred_sink, &p);
+    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 0, extra != NULL, pred_sink, &p);
 }

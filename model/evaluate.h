@@ -7,8 +7,18 @@
 #include "model/classifier.h"
 #include "model/metrics.h"
 
+/* Batches run data-parallel on the CPU backend: with W OpenMP threads, W workers (the model
+ * and its replicas, model_replicas) run whole forward passes at once with single-threaded
+ * ops; the sinks still see every batch in order, from the calling thread, and the results
+ * are the bits of one batch at a time on one thread (see evaluate.c for more threads).
+ * n caps W (1: one batch at a time, each op on all threads); 0, the default, lets W be the
+ * number of OpenMP threads. */
+void evaluate_set_workers(int n);
+
 /* Called for every example after its batch's forward pass: row is its row in batch b
- * (b->index[row] is its dataset index), probs its K class probabilities. */
+ * (b->index[row] is its dataset index), probs its K class probabilities. m is the model;
+ * it holds the activations of b only for predict_dataset's `extra` (which therefore gets
+ * the batches one at a time, on the calling thread's model). */
 typedef void (*ExampleSink)(void *ctx, const Model *m, const Batch *b, int row, const float *probs,
                             float loss);
 

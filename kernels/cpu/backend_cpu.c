@@ -106,6 +106,7 @@ static const Backend cpu_backend = {
     .sync = cpu_sync,
     .linear_forward = mha_linear_forward_f32,
     .linear_backward = mha_linear_backward_f32,
+    .linear_forward_post = mha_linear_forward_post_f32,
     .embed_forward = mha_embed_forward_f32,
     .embed_backward = mha_embed_backward_f32,
     .layernorm_forward = mha_layernorm_forward_f32,
@@ -148,6 +149,7 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
     table = *mha_cpu_backend(threads);
     table.bf16 = 1;
     table.linear_forward = mha_linear_forward_bf16;
+    table.linear_forward_post = mha_linear_forward_post_bf16;
     table.linear_backward = mha_linear_backward_bf16;
     table.attention_forward_math = mha_attention_forward_math_bf16;
     table.attention_backward_math = mha_attention_backward_math_bf16;
@@ -159,13 +161,15 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
 const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
     static Backend table;
     if (!mha_i8_fast()) {
-        if (why) snprintf(why, why_len, "this CPU has no AVX512_VNNI instructions");
+        if (why) snprintf(why, why_len, "%s", mha_i8_cpu_supported() ? "the AVX512_VNNI path is switched off (mha_i8_force_portable)"
+                                                                 : "this CPU has no AVX512_VNNI instructions");
         return NULL;
     }
     const Backend *base = mha_cpu_backend_bf16(threads, NULL, 0);
     table = base ? *base : *mha_cpu_backend(threads);
     table.int8 = 1;
     table.linear_forward = mha_linear_forward_int8;
+    table.linear_forward_post = mha_linear_forward_post_int8;
     return &table;
 }
 

@@ -39,13 +39,15 @@ static int cpu_has_vnni(void) {
 }
 
 int mha_i8_fast(void) { return !force_portable && cpu_has_vnni(); }
+int mha_i8_cpu_supported(void) { return cpu_has_vnni(); }
 void mha_i8_force_portable(int on) { force_portable = on; }
 
 static inline int round_up4(int k) { return (k + 3) & ~3; }
 
 /* ------------------------------------------------------------------ quantization */
 
-/* Portable: max |x|, then rint(x * (127 / max)) clamped to [-127, 127] (NaN -> 127), + 128. */
+/* Portable: max |x|, then rint(x * (127 / max)) clamped to [-127, 127] (NaN -> 127), + 128;
+ * a row whose max is below 2^-100 is first scaled by 2^100 (exact), so 127 / max is finite. */
 static float quantize_row_portable(uint8_t *xu, const float *x, int K) {
     float mx = 0.0f;
     for (int k = 0; k < K; k++) {
@@ -56,9 +58,10 @@ static float quantize_row_portable(uint8_t *xu, const float *x, int K) {
         memset(xu, 128, (size_t)K);
         return 0.0f;
     }
-    const float inv = 127.0f / mx;
+    const float up = mx < 0x1p-100f ? 0x1p100f : 1.0f;   /* 127 / mx stays finite */
+    const float inv = 127.0f / (mx * up);
     for (int k = 0; k < K; k++) {
-        float v = x[k] * inv;
+        float v = (x[k] * up) * inv;
         v = v < 127.0f ? v : 127.0f;
         v = v > -127.0f ? v : -127.0f;
         xu[k] = (uint8_t)(lrintf(v) + 128);
@@ -81,12 +84,13 @@ FAST_TARGET static float quantize_row_fast(uint8_t *xu, const float *x, int K) {
         memset(xu, 128, (size_t)K);
         return 0.0f;
     }
-    const __m512 inv = _mm512_set1_ps(127.0f / mxs);
+    const float up = mxs < 0x1p-100f ? 0x1p100f : 1.0f;  /* as the portable loop */
+    const __m512 upv = _mm512_set1_ps(up), inv = _mm512_set1_ps(127.0f / (mxs * up));
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     const __m512i off = _mm512_set1_epi32(128);
     for (int k = 0; k < K; k += 16) {
         const __mmask16 m = first_mask(K - k);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), upv), inv);
         v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
         _mm512_mask_cvtepi32_storeu_epi8(xu + k, m, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
     }

@@ -5,7 +5,8 @@
  *   y[m][n] = (float)(acc[m][n] - 128 * wsum[n]) * (sx[m] * sw[n]) + bias[n]
  *   acc[m][n] = sum_k xu[m][k] * wq[n][k]      (exact, int32)
  * where each row of x is quantized symmetrically on its own (dynamic, per token):
- *   sx[m] = max_k |x[m][k]| / 127,  xq = rint(x / sx) in [-127, 127],  xu = xq + 128 (uint8)
+ *   sx[m] = max_k |x[m][k]| / 127,  xq = rint(x * (127 / max_k |x[m][k]|)) in [-127, 127]
+ *   (nearest even; a row whose max is below 2^-100 is scaled by 2^100 first),  xu = xq + 128
  * and each row of W (an output column) likewise: sw[n], wq[n][k] in [-127, 127] (int8),
  * wsum[n] = sum_k wq[n][k]. The +128 makes x unsigned, as AVX512-VNNI's vpdpbusd wants
  * (unsigned x signed bytes); subtracting 128 wsum undoes it exactly. A row of zeros has scale
@@ -31,6 +32,8 @@
 
 /* 1 when the fast AVX512-VNNI path is used (CPU support, not forced off). */
 int mha_i8_fast(void);
+/* 1 when this CPU (and OS) support AVX512_VNNI, whatever mha_i8_force_portable says. */
+int mha_i8_cpu_supported(void);
 /* Tests: force the portable path (1) or allow the fast one again (0). */
 void mha_i8_force_portable(int on);
 

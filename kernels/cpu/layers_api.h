@@ -5,6 +5,12 @@
 
 void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
                         int N, int IC, int OC);
+/* out (N, OC) = act(inp @ w^T + bias) + residual (backend.h: linear_forward_post). */
+void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                             int N, int IC, int OC, int act, const REAL *residual);
+/* The post-op on one thread: out (n) = act(out) (act < 0: none), then out += residual (n)
+ * when residual is not NULL; the same values as act_forward and the backend's add. */
+void FN(linear_post)(REAL *out, const REAL *residual, size_t n, int act);
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
                          const REAL *inp, const REAL *w, int N, int IC, int OC);
 /* dst (C) += column sums of src (N, C), summed in double in row order. */

@@ -17,8 +17,10 @@
  * Semantics: kernels/backend.h. Every matrix product is a GEMM; everything else is an
  * OpenMP loop with a contiguous inner loop. Backward ops accumulate (+=). Attention runs
  * one (b, h) per OpenMP task with BLAS forced single-threaded for the duration.
- * Not re-entrant: the attention scratch is one cached buffer per instantiation, so ops are
- * called from one host thread at a time (as the model does).
+ * Re-entrant across host threads: the attention scratch is one cached buffer per
+ * instantiation and per calling thread (_Thread_local), shared by the threads of that call's
+ * region, so several host threads (e.g. model/evaluate.c's workers) may run ops at once on
+ * their own data.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -36,10 +38,12 @@
 #endif
 #define MHA_CHUNK 16       /* channels per task in column reductions (one cache line of floats) */
 #define MHA_BLOCK 8192     /* elements per task in elementwise loops */
+#define MHA_LINEAR_ALIGN 96   /* rows per unit of the linear forward's row blocks */
 
-/* ---- cached scratch (grows, never shrinks; only ever requested outside parallel regions) ---- */
-static REAL *FN(scratch_buf) = NULL;
-static size_t FN(scratch_cap) = 0;
+/* ---- cached scratch of the calling thread (grows, never shrinks; requested outside the
+ * op's parallel region, whose threads then use slices of it) ---- */
+static _Thread_local REAL *FN(scratch_buf) = NULL;
+static _Thread_local size_t FN(scratch_cap) = 0;
 
 static REAL *FN(scratch)(size_t n) {
     if (n > FN(scratch_cap)) {
@@ -81,21 +85,25 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 /* ================================ linear ================================ */
 
 /* Threading of the products: see mha_gemm_row_blocks in cpu_common.h. */
-void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
-                        int N, int IC, int OC) {
-    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                             int N, int IC, int OC, int act, const REAL *residual) {
+    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) {
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias ? bias[o] : 0;
+        FN(linear_post)(out, residual, (size_t)N * OC, act);
         return;
     }
+    /* Row blocks aligned to MHA_LINEAR_ALIGN rows: OpenBLAS (0.3.21, Haswell kernels) gives
+     * other bits for the rows of a partial 24-row tile, so blocks of multiples of 24 rows keep
+     * the output the same bits whatever the thread count (tests/model/test_evaluate.c). */
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
-    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), 8) : 1;
+    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), MHA_LINEAR_ALIGN) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        mha_split_rows(N, blk, nb, 8, &n0, &n1);
+        mha_split_rows(N, blk, nb, MHA_LINEAR_ALIGN, &n0, &n1);
         if (n1 <= n0) continue;
         REAL beta = 0;
         if (bias) {
@@ -104,7 +112,15 @@ void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b
         }
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n1 - n0, OC, IC, 1, inp + (size_t)n0 * IC, IC,
              w, IC, beta, out + (size_t)n0 * OC, OC);
+        /* the block is still in cache */
+        FN(linear_post)(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
+                        (size_t)(n1 - n0) * OC, act);
     }
+}
+
+void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                        int N, int IC, int OC) {
+    FN(linear_forward_post)(out, inp, w, bias, N, IC, OC, -1, NULL);
 }
 
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
@@ -283,6 +299,22 @@ static MHA_CLONES void FN(gelu_fwd_range)(REAL *out, const REAL *inp, size_t i0,
         REAL x = inp[i];
         out[i] = (REAL)0.5 * x * (1 + R_ERF(x * s));
     }
+}
+
+static MHA_CLONES void FN(relu_residual_range)(REAL *out, const REAL *residual, size_t n, int relu) {
+    if (relu) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = out[i] > 0 ? out[i] : 0;
+    }
+    if (residual) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = residual[i] + out[i];
+    }
+}
+
+void FN(linear_post)(REAL *out, const REAL *residual, size_t n, int act) {
+    if (act == MHA_ACT_GELU) FN(gelu_fwd_range)(out, out, 0, n);
+    if (act == MHA_ACT_RELU || residual) FN(relu_residual_range)(out, residual, n, act == MHA_ACT_RELU);
 }
 
 static MHA_CLONES void FN(gelu_bwd_range)(REAL *dinp, const REAL *dout, const REAL *inp,

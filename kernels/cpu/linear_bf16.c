@@ -33,7 +33,10 @@ static uint16_t *buffer_get(Buffer *b, size_t elems) {
     return b->p;
 }
 
-static Buffer g_packed[2];        /* packed B of the current product(s), shared by the threads */
+/* Packed B of the current product(s): one per calling thread, taken before the op's parallel
+ * regions and shared by their threads through a local pointer. Per thread (not global) so that
+ * several host threads may run linear ops at once (model/evaluate.c's workers). */
+static _Thread_local Buffer tl_packed_b[2];
 
 /* The calling OpenMP thread's packed rows of A (gemm_bf16.c keeps one buffer per thread). */
 static uint16_t *thread_scratch(int rows) {
@@ -53,17 +56,17 @@ static void pack_parallel(uint16_t *dst, const float *b, int ldb, int trans_b, i
     for (int p = 0; p < np; p++) mha_bf16_pack_b(dst, b, ldb, trans_b, K, N, p, p + 1);
 }
 
-void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
-                             int N, int IC, int OC) {
-    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+void mha_linear_forward_post_bf16(float *out, const float *inp, const float *w, const float *bias,
+                                  int N, int IC, int OC, int act, const float *residual) {
+    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
     if (N <= 0 || OC <= 0 || IC <= 0) {
-        mha_linear_forward_f32(out, inp, w, bias, N, IC, OC);   /* the empty cases */
+        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);   /* the empty cases */
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* B (IC, OC): B(k, n) = w[n * IC + k] */
-    uint16_t *wp = buffer_get(&g_packed[0], mha_bf16_packed_b_elems(IC, OC));
+    uint16_t *wp = buffer_get(&tl_packed_b[0], mha_bf16_packed_b_elems(IC, OC));
     pack_parallel(wp, w, IC, 1, IC, OC, par);
     const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_BF16_MR) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
@@ -73,7 +76,15 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
         if (n1 <= n0) continue;
         mha_bf16_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, 0, wp, out + (size_t)n0 * OC, OC,
                       0, bias, NULL, thread_scratch(n1 - n0));
+        /* the block is still in cache */
+        mha_linear_post_f32(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
+                            (size_t)(n1 - n0) * OC, act);
     }
+}
+
+void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                             int N, int IC, int OC) {
+    mha_linear_forward_post_bf16(out, inp, w, bias, N, IC, OC, -1, NULL);
 }
 
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
@@ -82,8 +93,8 @@ void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float 
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* dinp: B (OC, IC) = w as stored;  dw: B (N, IC) = inp as stored */
-    uint16_t *wp = dinp ? buffer_get(&g_packed[0], mha_bf16_packed_b_elems(OC, IC)) : NULL;
-    uint16_t *ip = dw ? buffer_get(&g_packed[1], mha_bf16_packed_b_elems(N, IC)) : NULL;
+    uint16_t *wp = dinp ? buffer_get(&tl_packed_b[0], mha_bf16_packed_b_elems(OC, IC)) : NULL;
+    uint16_t *ip = dw ? buffer_get(&tl_packed_b[1], mha_bf16_packed_b_elems(N, IC)) : NULL;
     const int np = mha_bf16_panels(IC);
     const int npx = dinp ? np : 0, npw = dw ? np : 0;
 #pragma omp parallel for schedule(dynamic, 1) if (par)

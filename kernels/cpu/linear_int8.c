@@ -36,11 +36,11 @@ static void *buffer_get(Buffer *b, size_t bytes) {
 static _Thread_local Buffer tl_packed;    /* the packed weights of the calling thread's product */
 static _Thread_local Buffer tl_scratch;   /* a worker's quantized rows */
 
-void mha_linear_forward_int8(float *out, const float *inp, const float *w, const float *bias,
-                             int N, int IC, int OC) {
-    /* out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC) */
+void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, const float *bias,
+                                  int N, int IC, int OC, int act, const float *residual) {
+    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
     if (N <= 0 || OC <= 0 || IC <= 0) {
-        mha_linear_forward_f32(out, inp, w, bias, N, IC, OC);   /* the empty cases */
+        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);   /* the empty cases */
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
@@ -57,5 +57,13 @@ void mha_linear_forward_int8(float *out, const float *inp, const float *w, const
         if (n1 <= n0) continue;
         void *scratch = buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC));
         mha_i8_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, wp, bias, out + (size_t)n0 * OC, OC, scratch);
+        /* the block is still in cache */
+        mha_linear_post_f32(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
+                            (size_t)(n1 - n0) * OC, act);
     }
+}
+
+void mha_linear_forward_int8(float *out, const float *inp, const float *w, const float *bias,
+                             int N, int IC, int OC) {
+    mha_linear_forward_post_int8(out, inp, w, bias, N, IC, OC, -1, NULL);
 }

@@ -24,12 +24,9 @@
 #include <immintrin.h>
 #define ROWS_TARGET __attribute__((target("avx512f")))
 
-/* 1 when the CPU (and OS) run AVX-512F. */
-static inline int mha_rows_avx512(void) {
-    static int cached = -1;
-    if (cached < 0) cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    return cached;
-}
+/* 1 when the CPU (and OS) run AVX-512F: a read of the flags libgcc fills in at startup, so
+ * threads may ask at once. */
+static inline int mha_rows_avx512(void) { return __builtin_cpu_supports("avx512f") ? 1 : 0; }
 
 static inline __mmask16 rows_mask(int left) {
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);

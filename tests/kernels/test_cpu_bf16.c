@@ -500,14 +500,16 @@ static void test_backend(void) {
     expect("backend_bf16: bf16 = 1 (fp32 table: 0)", bb->bf16 == 1 && bf->bf16 == 0);
     expect("backend_bf16: linear and attention entries are the bf16 ones",
            bb->linear_forward == mha_linear_forward_bf16 && bb->linear_backward == mha_linear_backward_bf16 &&
+           bb->linear_forward_post == mha_linear_forward_post_bf16 &&
            bb->attention_forward_math == mha_attention_forward_math_bf16 &&
            bb->attention_backward_math == mha_attention_backward_math_bf16 &&
            bb->attention_forward_fused == mha_attention_forward_fused_bf16 &&
            bb->attention_backward_fused == mha_attention_backward_fused_bf16);
     /* everything else is the fp32 table's: the name and every pointer from alloc on, with the
-     * six product entries blanked in copies (no padding after alloc: all pointers) */
+     * seven product entries blanked in copies (no padding after alloc: all pointers) */
     Backend x = *bb, y = *bf;
     x.linear_forward = y.linear_forward = NULL;
+    x.linear_forward_post = y.linear_forward_post = NULL;
     x.linear_backward = y.linear_backward = NULL;
     x.attention_forward_math = y.attention_forward_math = NULL;
     x.attention_backward_math = y.attention_backward_math = NULL;

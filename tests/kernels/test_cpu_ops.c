@@ -5,7 +5,8 @@
  * Also: math vs fused attention (forward and backward, padding, causal, dropout), zeros on
  * padded query rows, no NaN when an example has no valid key, untouched gradients on padded
  * rows, exact dropout masks, embed_backward bitwise identical with 1 and 2 threads, AdamW
- * against a hand-computed step, and the vectorised expf against exp. */
+ * against a hand-computed step, the vectorised expf against exp, and the fused
+ * linear_forward_post of the fp32, bf16 and int8 tables bit for bit against their separate ops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,8 +539,56 @@ static void test_memory_and_expf(void) {
     expect("mha_expf(-100) == 0, mha_expf(0) == 1", mha_expf(-100.0f) == 0.0f && mha_expf(0.0f) == 1.0f);
 }
 
+/* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
+ * act_forward, then add of the residual, for every act and with/without bias and residual;
+ * every output cell written (poisoned with NaN first). */
+static void test_linear_post_table(const Backend *t, const char *name) {
+    const int sizes[2][3] = {{37, 24, 40}, {300, 96, 160}};   /* the second above MHA_GEMM_PAR_MIN */
+    for (int si = 0; si < 2; si++) {
+        const int N = sizes[si][0], IC = sizes[si][1], OC = sizes[si][2];
+        const size_t n = (size_t)N * OC;
+        float *x = malloc((size_t)N * IC * sizeof *x), *w = malloc((size_t)OC * IC * sizeof *w);
+        float *b = malloc((size_t)OC * sizeof *b), *r = malloc(n * sizeof *r);
+        float *lin = malloc(n * sizeof *lin), *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
+        for (size_t i = 0; i < (size_t)N * IC; i++) x[i] = (float)(2 * mha_rng_uniform(91, i) - 1);
+        for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = (float)(0.3 * (2 * mha_rng_uniform(92, i) - 1));
+        for (int i = 0; i < OC; i++) b[i] = (float)(0.5 * (2 * mha_rng_uniform(93, (uint64_t)i) - 1));
+        for (size_t i = 0; i < n; i++) r[i] = (float)(2 * mha_rng_uniform(94, i) - 1);
+        int bad = 0;
+        for (int act = -1; act <= MHA_ACT_GELU; act++)
+            for (int with_bias = 0; with_bias < 2; with_bias++)
+                for (int with_res = 0; with_res < 2; with_res++) {
+                    const float *bias = with_bias ? b : NULL, *res = with_res ? r : NULL;
+                    t->linear_forward(lin, x, w, bias, N, IC, OC);
+                    if (act >= 0) t->act_forward(ref, lin, n, act);
+                    else memcpy(ref, lin, n * sizeof *ref);
+                    if (res) t->add(ref, res, ref, n);
+                    for (size_t i = 0; i < n; i++) out[i] = NAN;
+                    t->linear_forward_post(out, x, w, bias, N, IC, OC, act, res);
+                    bad += memcmp(out, ref, n * sizeof *out) != 0;
+                }
+        char what[96];
+        snprintf(what, sizeof what, "linear_forward_post %s %dx%d->%d = ops in turn", name, N, IC, OC);
+        expect(what, bad == 0);
+        free(x), free(w), free(b), free(r), free(lin), free(ref), free(out);
+    }
+}
+
+static void test_linear_post(void) {
+    char why[256];
+    const Backend *t[3] = {mha_cpu_backend(0), mha_cpu_backend_bf16(0, why, sizeof why),
+                           mha_cpu_backend_int8(0, why, sizeof why)};
+    const char *names[3] = {"fp32", "bf16", "int8"};
+    for (int i = 0; i < 3; i++) {
+        if (t[i]) test_linear_post_table(t[i], names[i]);
+        else printf("linear_forward_post %s: skipped (this CPU lacks its instructions)\n", names[i]);
+    }
+    be = mha_cpu_backend(0);
+}
+
 int main(void) {
     be = mha_cpu_backend(0);
+    test_linear_post();
     test_memory_and_expf();
     test_linear(1);
     test_linear(0);

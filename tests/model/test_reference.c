@@ -140,6 +140,21 @@ static void run_fixture(const char *fx, int fused) {
     printf("%-24s loss err %.2e  logits err %.2e  worst gradient err %.2e\n", name,
            fabs(loss - ref_loss) / fabs(ref_loss), e, worst);
 
+    /* a forward without gradients fuses each linear layer with its activation or residual
+     * (Backend.linear_forward_post): the logits are those of the separate ops, bit for bit */
+    model_forward(&m, ids, lengths, labels, B, T, 0, 0);
+    float *fused_logits = malloc((size_t)B * K * sizeof *fused_logits);
+    be->to_host(fused_logits, m.logits, (size_t)B * K * sizeof(float));
+    Backend separate = *be;
+    separate.linear_forward_post = NULL;
+    m.be = &separate;
+    model_forward(&m, ids, lengths, labels, B, T, 0, 0);
+    be->to_host(logits, m.logits, (size_t)B * K * sizeof(float));
+    m.be = be;
+    CHECK(be->linear_forward_post != NULL && memcmp(fused_logits, logits, (size_t)B * K * sizeof(float)) == 0,
+          "%s: fused forward (train = 0) differs from the separate ops", name);
+    free(fused_logits);
+
     /* 10 AdamW updates on the same batch */
     AdamW opt;
     CHECK(adamw_create(&opt, &m, &err) == 0, "%s", err.msg);
