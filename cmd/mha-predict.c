@@ -48,7 +48,8 @@ static void usage(FILE *f) {
             "                     bf16: bf16 products, fp32 accumulation (a CPU without AVX512_BF16\n"
             "                     runs fp32, with a note). int8 (cpu only): the linear layers in\n"
             "                     int8, inputs quantized per token, weights per output channel,\n"
-            "                     the attention in bf16 (a CPU without AVX512_VNNI runs bf16)\n"
+            "                     the attention in bf16 (fp32 without AVX512_BF16); a CPU without\n"
+            "                     AVX512_VNNI runs bf16, with a note\n"
             "  -h, --help         this text\n");
 }
 

@@ -156,7 +156,8 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len);
  * linear forward quantizes its input per row and its weights per output channel to int8 and
  * multiplies them with int32 accumulation (kernels/cpu/gemm_int8.h); the rest is the bf16
  * table (the fp32 one on a CPU without AVX512_BF16). Forward only: nothing may train through
- * it. NULL, with a reason in `why`, when the CPU lacks AVX512_VNNI. */
+ * it. Its bf16 flag is that of the table it builds on. NULL, with a reason in `why`, when
+ * the CPU lacks AVX512_VNNI (or mha_i8_force_portable switched the fast path off). */
 const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len);
 
 /* Called first in main(): when OMP_WAIT_POLICY is unset, sets it to PASSIVE and re-executes

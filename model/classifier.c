@@ -22,9 +22,12 @@ static void *alloc_or_flag(Allocator *a, size_t bytes) {
     return p;
 }
 
-/* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). */
+/* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). A replica runs
+ * forward passes without gradients only: with Backend.linear_forward_post those never write
+ * attproj, fc1, fc2, so a replica goes without them. */
 static void alloc_forward(Model *m, Allocator *A) {
     const ModelDims *d = &m->d;
+    const int fused_only = m->replica_of && m->be->linear_forward_post;
     size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
     size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
     m->ids = alloc_or_flag(A, N * sizeof(int32_t));
@@ -41,11 +44,11 @@ static void alloc_forward(Model *m, Allocator *A) {
         a->atty = alloc_or_flag(A, N * C * fl);
         if (d->fused_attention) a->lse = alloc_or_flag(A, Bmax * d->NH * m->Tmax * fl);
         else a->att = alloc_or_flag(A, att_elems * fl);
-        a->attproj = alloc_or_flag(A, N * C * fl);
+        if (!fused_only) a->attproj = alloc_or_flag(A, N * C * fl);
         a->res1 = alloc_or_flag(A, N * C * fl);
-        a->fc1 = alloc_or_flag(A, N * F * fl);
+        if (!fused_only) a->fc1 = alloc_or_flag(A, N * F * fl);
         a->fch = alloc_or_flag(A, N * F * fl);
-        a->fc2 = alloc_or_flag(A, N * C * fl);
+        if (!fused_only) a->fc2 = alloc_or_flag(A, N * C * fl);
         a->res2 = alloc_or_flag(A, N * C * fl);
         a->ln2 = alloc_or_flag(A, N * C * fl);
         a->ln2_mean = alloc_or_flag(A, N * fl);
@@ -265,6 +268,7 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
     /* Without gradients the backend may fuse each linear layer with what follows it
      * (Backend.linear_forward_post: the same values, fewer passes over memory). */
     const int fuse = !train && be->linear_forward_post;
+    m->backward_ready = train != 0;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
         const LayerOffsets *o = &L->layer[l];
@@ -307,6 +311,10 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
 }
 
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
+    if (!m->backward_ready) {
+        fprintf(stderr, "mha: internal error: model_backward after a forward pass with train = 0\n");
+        abort();
+    }
     const Backend *be = m->be;
     const ModelDims *d = &m->d;
     const ParamLayout *L = &m->lay;

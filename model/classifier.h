@@ -15,11 +15,13 @@ typedef struct {
     float *atty;                      /* (N, C) attention output, heads concatenated */
     float *att;                       /* (B, NH, T, T) probabilities, math path only */
     float *lse;                       /* (B, NH, T) log-sum-exp, fused path only */
-    float *attproj;                   /* (N, C) output projection, after dropout */
+    float *attproj;                   /* (N, C) output projection, after dropout (*) */
     float *res1;                      /* (N, C) first residual sum */
-    float *fc1;                       /* (N, F) before the activation */
+    float *fc1;                       /* (N, F) before the activation (*) */
     float *fch;                       /* (N, F) after the activation */
-    float *fc2;                       /* (N, C) second projection, after dropout */
+    float *fc2;                       /* (N, C) second projection, after dropout (*)
+                                       * (*) not written by a forward without gradients on a
+                                       * backend with linear_forward_post; NULL in replicas */
     float *res2;                      /* (N, C) second residual sum */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
 } LayerActs;
@@ -54,6 +56,7 @@ typedef struct Model {
     struct Model *replicas;     /* (n_replicas) forward-only replicas, freed with the model */
     int n_replicas;
     const struct Model *replica_of;  /* in a replica: the model whose params it reads */
+    int backward_ready;         /* the last forward kept what model_backward reads (train != 0) */
 } Model;
 
 /* Allocates parameters (uninitialised), gradients and activations for batches of up to
@@ -76,8 +79,9 @@ void model_init_params(Model *m, uint64_t seed);
  * when labels are given; returns the sum of the losses (0 without labels). */
 double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
                      int B, int T, int train, uint64_t dropout_seed);
-/* Backward of the last forward (which must have had labels and train as given),
- * accumulating into m->grads the gradient of loss_scale * (sum of the losses). */
+/* Backward of the last forward (which must have had labels and train != 0; after a forward
+ * with train = 0 it aborts with a message), accumulating into m->grads the gradient of
+ * loss_scale * (sum of the losses). */
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed);
 void model_zero_grads(Model *m);
 

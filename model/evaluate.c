@@ -7,8 +7,8 @@
  * single-threaded ops (one OpenMP region per round instead of tens per batch); then the sinks
  * see the round's batches in order. A batch's results do not depend on the worker that ran
  * it: they are the bits of the one-batch-at-a-time path with ops on one thread, and so with
- * ops on any number of threads where the ops' bits do not depend on it (bf16, int8; fp32 not
- * yet, its OpenBLAS row blocks: tests/model/test_evaluate.c). A sink that reads the model's
+ * ops on any number of threads, as the ops' bits do not depend on it (fp32: its linear row
+ * blocks are aligned for that; tests/model/test_evaluate.c). A sink that reads the model's
  * activations (predict_dataset's `extra`) keeps the one-batch-at-a-time path. */
 #include "model/evaluate.h"
 #include "kernels/cpu/layers_f32.h"

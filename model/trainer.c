@@ -433,6 +433,10 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                            cfg->decay_norms, err)))
         goto out;
     if ((rc = adamw_create(&r.opt, &r.model, err))) goto out;
+    /* Dev and test evaluation one batch at a time (ops on all threads): data-parallel workers
+     * would each need a forward activation set (model_replicas), raising training's peak
+     * memory by about a third for an evaluation that is a small part of the run. */
+    evaluate_set_workers(1);
     size_t pbytes = r.model.lay.total * sizeof(float);
     r.best_params = malloc(pbytes);
     r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;

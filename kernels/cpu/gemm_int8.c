@@ -1,13 +1,14 @@
 /* kernels/cpu/gemm_int8.c: int8 x int8 -> int32 products for the linear layer at inference
  * (see gemm_int8.h for the function computed and the packed layout).
  *
- * Fast path (x86-64 with AVX512_VNNI + AVX512BW, chosen at run time): a micro-tile of 8 rows x
+ * Fast path (x86-64 with AVX512_VNNI, AVX512BW and AVX512VL, chosen at run time): a micro-tile of 8 rows x
  * 32 columns lives in 16 zmm int32 accumulators; per group of 4 k it loads two vectors of
  * packed W and broadcasts each row's 4 quantized bytes into vpdpbusd (64 multiply-adds per
  * instruction, twice vdpbf16ps's 32). The rows of x are quantized into the caller's scratch
  * once per call, whole depth at a time (int32 sums are exact, so no depth blocking is needed
  * for accuracy; a panel of W, K x 32 bytes, stays in L1 for the usual K <= 1024). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/gemm_int8.h"
@@ -118,8 +119,11 @@ void mha_i8_pack_w(void *dst, const float *w, int ldw, int N, int K, int p0, int
     float *sw = (float *)(void *)((uint8_t *)dst + (size_t)mha_i8_panels(N) * panel);
     int32_t *wsum = (int32_t *)(sw + np);
     uint8_t row[4096];
-    uint8_t *big = kp > (int)sizeof row ? malloc((size_t)kp) : NULL;
-    uint8_t *wu = big ? big : row;
+    uint8_t *big = NULL, *wu = row;
+    if (kp > (int)sizeof row && !(wu = big = malloc((size_t)kp))) {
+        fprintf(stderr, "mha: out of memory (%d bytes for an int8 weight row)\n", kp);
+        exit(1);
+    }
     for (int p = p0; p < p1; p++) {
         uint32_t *d32 = (uint32_t *)(void *)((uint8_t *)dst + (size_t)p * panel);
         for (int j = 0; j < MHA_I8_NR; j++) {

@@ -8,11 +8,12 @@
  *   sx[m] = max_k |x[m][k]| / 127,  xq = rint(x * (127 / max_k |x[m][k]|)) in [-127, 127]
  *   (nearest even; a row whose max is below 2^-100 is scaled by 2^100 first),  xu = xq + 128
  * and each row of W (an output column) likewise: sw[n], wq[n][k] in [-127, 127] (int8),
- * wsum[n] = sum_k wq[n][k]. The +128 makes x unsigned, as AVX512-VNNI's vpdpbusd wants
+ * wsum[n] = sum_k wq[n][k]; K <= MHA_I8_MAX_K. A NaN in a row is ignored by its max and
+ * quantizes to +127 (an all-NaN row to zeros): int8 does not propagate NaN. The +128 makes x unsigned, as AVX512-VNNI's vpdpbusd wants
  * (unsigned x signed bytes); subtracting 128 wsum undoes it exactly. A row of zeros has scale
  * 0 and quantizes to zeros.
  *
- * The fast path (x86-64 with AVX512_VNNI and AVX512BW, chosen at run time) and the portable C
+ * The fast path (x86-64 with AVX512_VNNI, AVX512BW and AVX512VL, chosen at run time) and the portable C
  * path compute bit-identical results: the integer part is exact, and the float steps (the
  * quantization's x * (127 / max), rounded to nearest even; the scaling) are the same
  * operations in the same order.
@@ -29,6 +30,9 @@
 
 #define MHA_I8_NR 32   /* output columns per panel */
 #define MHA_I8_MR 8    /* rows per micro-tile */
+/* The deepest product: |acc| <= 255 * 127 * K must fit in int32 (K < 66312). Deeper layers
+ * run in fp32 (linear_int8.c). */
+#define MHA_I8_MAX_K 65536
 
 /* 1 when the fast AVX512-VNNI path is used (CPU support, not forced off). */
 int mha_i8_fast(void);

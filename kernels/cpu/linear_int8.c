@@ -39,8 +39,9 @@ static _Thread_local Buffer tl_scratch;   /* a worker's quantized rows */
 void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, const float *bias,
                                   int N, int IC, int OC, int act, const float *residual) {
     /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
-    if (N <= 0 || OC <= 0 || IC <= 0) {
-        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);   /* the empty cases */
+    if (N <= 0 || OC <= 0 || IC <= 0 || IC > MHA_I8_MAX_K) {
+        /* the empty cases, and depths whose int32 sums could overflow */
+        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;

@@ -9,10 +9,12 @@
  *
  * Same function as the portable rows in layers_impl.h: the exp below performs
  * mha_expf_degree's operations in the same order (separate multiplies and adds, as the
- * C11 build does not contract), so each probability is the same float; only the order in
- * which the max and the sum are reduced differs (sums by 16 partial lanes).
- * Included by layers_f32.c, which picks these rows at run time when the CPU has AVX-512F
- * (mha_rows_avx512()). */
+ * C11 build does not contract; meson.build also says -ffp-contract=off), so each exp(s - max)
+ * is the same float; the sum is reduced in another order (16 partial lanes), so the
+ * probabilities and the log-sum-exp may differ by an ulp or so.
+ * Included by layers_f32.c; layers_impl.h's row helpers call these at run time when the CPU
+ * has AVX-512F (mha_rows_avx512()). Not compared with the portable rows by a test (on an
+ * AVX-512 machine those never run); the attention tests check both against double. */
 #ifndef MHA_KERNELS_CPU_ROWS_AVX512_H
 #define MHA_KERNELS_CPU_ROWS_AVX512_H
 
