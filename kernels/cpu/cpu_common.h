@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
@@ -22,6 +23,27 @@ static inline void *mha_cpu_aligned_alloc(size_t bytes) {
     size_t sz = (bytes + 63) & ~(size_t)63;
     if (sz == 0) sz = 64;
     return aligned_alloc(64, sz);
+}
+
+/* A workspace grown on demand and kept (a warm call allocates nothing); out of memory is
+ * fatal, with a message naming `what`. Declared _Thread_local by users whose ops several host
+ * threads may run at once. */
+typedef struct {
+    void *p;
+    size_t cap;   /* bytes */
+} MhaBuffer;
+
+static inline void *mha_buffer_get(MhaBuffer *b, size_t bytes, const char *what) {
+    if (bytes > b->cap) {
+        free(b->p);
+        b->p = mha_cpu_aligned_alloc(bytes);
+        b->cap = b->p ? bytes : 0;
+        if (!b->p) {
+            fprintf(stderr, "mha: out of memory (%zu MiB for %s)\n", bytes >> 20, what);
+            exit(1);
+        }
+    }
+    return b->p;
 }
 
 /* Forces single-threaded BLAS for sgemm calls made inside an OpenMP parallel loop

@@ -15,28 +15,14 @@
 
 /* ---- workspaces: grown on demand, kept for the process (a step allocates nothing) ---- */
 
-typedef struct {
-    uint16_t *p;
-    size_t cap;   /* elements */
-} Buffer;
-
-static uint16_t *buffer_get(Buffer *b, size_t elems) {
-    if (elems > b->cap) {
-        free(b->p);
-        b->p = mha_cpu_aligned_alloc(elems * sizeof *b->p);
-        b->cap = b->p ? elems : 0;
-        if (!b->p) {
-            fprintf(stderr, "mha: out of memory (%zu MiB for a bf16 workspace)\n", (elems * 2) >> 20);
-            exit(1);
-        }
-    }
-    return b->p;
+static uint16_t *buffer_get(MhaBuffer *b, size_t elems) {
+    return mha_buffer_get(b, elems * sizeof(uint16_t), "a bf16 workspace");
 }
 
 /* Packed B of the current product(s): one per calling thread, taken before the op's parallel
  * regions and shared by their threads through a local pointer. Per thread (not global) so that
  * several host threads may run linear ops at once (model/evaluate.c's workers). */
-static _Thread_local Buffer tl_packed_b[2];
+static _Thread_local MhaBuffer tl_packed_b[2];
 
 /* The calling OpenMP thread's packed rows of A (gemm_bf16.c keeps one buffer per thread). */
 static uint16_t *thread_scratch(int rows) {

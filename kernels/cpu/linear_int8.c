@@ -13,28 +13,10 @@
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_int8.h"
 
-/* A buffer of the calling thread, grown on demand and kept (a warm call allocates nothing).
- * Per thread, so that concurrent callers (prediction workers) never share one. */
-typedef struct {
-    void *p;
-    size_t cap;   /* bytes */
-} Buffer;
-
-static void *buffer_get(Buffer *b, size_t bytes) {
-    if (bytes > b->cap) {
-        free(b->p);
-        b->p = mha_cpu_aligned_alloc(bytes);
-        b->cap = b->p ? bytes : 0;
-        if (!b->p) {
-            fprintf(stderr, "mha: out of memory (%zu MiB for an int8 workspace)\n", bytes >> 20);
-            exit(1);
-        }
-    }
-    return b->p;
-}
-
-static _Thread_local Buffer tl_packed;    /* the packed weights of the calling thread's product */
-static _Thread_local Buffer tl_scratch;   /* a worker's quantized rows */
+/* Buffers of the calling thread (cpu_common.h's MhaBuffer), per thread so that concurrent
+ * callers (prediction workers) never share one. */
+static _Thread_local MhaBuffer tl_packed;    /* the packed weights of the calling thread's product */
+static _Thread_local MhaBuffer tl_scratch;   /* a worker's quantized rows */
 
 void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, const float *bias,
                                   int N, int IC, int OC, int act, const float *residual) {
@@ -46,7 +28,7 @@ void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, 
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
-    void *wp = buffer_get(&tl_packed, mha_i8_packed_w_bytes(OC, IC));
+    void *wp = mha_buffer_get(&tl_packed, mha_i8_packed_w_bytes(OC, IC), "an int8 workspace");
     const int np = mha_i8_panels(OC);
 #pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
     for (int p = 0; p < np; p++) mha_i8_pack_w(wp, w, IC, OC, IC, p, p + 1);
@@ -56,7 +38,7 @@ void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, 
         int n0, n1;
         mha_split_rows(N, blk, nb, MHA_I8_MR, &n0, &n1);
         if (n1 <= n0) continue;
-        void *scratch = buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC));
+        void *scratch = mha_buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC), "an int8 workspace");
         mha_i8_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, wp, bias, out + (size_t)n0 * OC, OC, scratch);
         /* the block is still in cache */
         mha_linear_post_f32(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
