@@ -1,11 +1,14 @@
-/* tests/test_util.h: tiny helpers shared by the C tests: checks that count failures,
- * reading a file, normwise relative error, skipping (exit 77). */
+/* tests/test_util.h: tiny helpers shared by the C tests: checks that count failures (CHECK,
+ * or one printed line per check: test_result, test_expect), reading a file, normwise relative
+ * error, allocation that exits on failure, float bit patterns, skipping (exit 77). */
 #ifndef MHA_TESTS_TEST_UTIL_H
 #define MHA_TESTS_TEST_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int test_failures;
 
@@ -18,6 +21,48 @@ static int test_failures;
             fputc('\n', stderr);                                            \
         }                                                                   \
     } while (0)
+
+/* One line per check, "ok" or "FAIL": err within tol (NaN fails), or a condition. */
+static inline void test_result(const char *what, double err, double tol) {
+    int ok = err <= tol;
+    printf("%-62s err=%.3e tol=%.1e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
+    if (!ok) test_failures++;
+}
+static inline void test_expect(const char *what, int ok) {
+    printf("%-62s %s\n", what, ok ? "ok" : "FAIL");
+    if (!ok) test_failures++;
+}
+
+/* malloc that exits on failure (0 bytes gives a valid pointer). */
+static inline void *test_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+/* 64-byte aligned and exactly `bytes` long (so that ASan sees any access past the end). */
+static inline void *test_aligned(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* The bits of a float, and the float of some bits. */
+static inline uint32_t f2u(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 static inline int test_skip(const char *why) {
     printf("SKIP: %s\n", why);

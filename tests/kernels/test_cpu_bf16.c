@@ -44,56 +44,22 @@
 #include "kernels/rng.h"
 #include "tests/test_util.h"
 
-static int failures = 0;
 static int have_fast = 0;   /* the CPU runs the AVX512-BF16 path */
 
 static double tol_k(int K) { return 8.0 * sqrt((double)K + 1.0) * ldexp(1.0, -24); }
 
-static void result(const char *what, double err, double tol) {
-    int ok = err <= tol;   /* NaN fails */
-    printf("%-58s err=%.3e tol=%.1e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
-static void expect(const char *what, int ok) {
-    printf("%-58s %s\n", what, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
 /* two errors in one line: the one nearer its bound is printed */
 static void result2(const char *what, double e1, double t1, double e2, double t2) {
     if (!(e1 / t1 >= e2 / t2)) e1 = e2, t1 = t2;
-    result(what, e1, t1);
+    test_result(what, e1, t1);
 }
 static void skipped(const char *what) { printf("%-58s skipped (no AVX512_BF16)\n", what); }
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 /* 64-byte aligned (the fast path loads packed B and the scratch with aligned loads) */
 static uint16_t *u16_aligned(size_t n) {
-    size_t bytes = (n * sizeof(uint16_t) + 63) & ~(size_t)63;
-    uint16_t *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
+    return test_aligned((n * sizeof(uint16_t) + 63) & ~(size_t)63);
 }
 
-static uint32_t f2u(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 /* x rounded to bf16, back in float */
 static float rb(float x) { return mha_bf16_to_float(mha_bf16_round(x)); }
 
@@ -161,7 +127,7 @@ static void test_round(void) {
     }
     char what[96];
     snprintf(what, sizeof what, "bf16_round: %zu known cases", sizeof cases / sizeof cases[0]);
-    expect(what, bad == 0);
+    test_expect(what, bad == 0);
 
     /* NaN stays NaN, including a signalling NaN whose payload is all in the low half
      * (truncation would turn it into inf) */
@@ -174,7 +140,7 @@ static void test_round(void) {
             printf("  round(NaN 0x%08x) = 0x%04x, not a NaN\n", (unsigned)nans[i], (unsigned)h);
         }
     }
-    expect("bf16_round: NaN stays NaN (6 patterns)", bad == 0);
+    test_expect("bf16_round: NaN stays NaN (6 patterns)", bad == 0);
 
     /* against the value-based reference: every upper half (sign, exponent, 7 mantissa bits)
      * with low halves at and around the tie, the extremes and a random one */
@@ -195,7 +161,7 @@ static void test_round(void) {
         }
     }
     snprintf(what, sizeof what, "bf16_round vs value reference (%ld inputs)", tried);
-    expect(what, wrong == 0);
+    test_expect(what, wrong == 0);
 
     /* to_float is exact (h << 16); round(to_float(h)) == h for all non-NaN, non-subnormal h,
      * and subnormal h go to signed zero */
@@ -211,9 +177,9 @@ static void test_round(void) {
         }
         if (mha_bf16_round(x) != h) trip++;
     }
-    expect("bf16_to_float exact for all 65536 patterns", exact == 0);
-    expect("bf16 round trip, all non-NaN non-subnormal patterns", trip == 0);
-    expect("bf16 subnormal patterns -> signed zero", sub == 0);
+    test_expect("bf16_to_float exact for all 65536 patterns", exact == 0);
+    test_expect("bf16 round trip, all non-NaN non-subnormal patterns", trip == 0);
+    test_expect("bf16 subnormal patterns -> signed zero", sub == 0);
 }
 
 /* ================================ 2. the GEMM ================================ */
@@ -294,18 +260,18 @@ static void test_gemm(void) {
             const int brows = tb ? N : K, bcols = tb ? K : N, ldb = bcols + 5;
             /* ldc: 3 guards per row, or (every other case) guards up to past the last panel's end */
             const int ldc = ((s + t) & 1) ? mha_bf16_panels(N) * MHA_BF16_NR + 5 : N + 3;
-            float *a = xmalloc((size_t)arows * lda * sizeof *a), *b = xmalloc((size_t)brows * ldb * sizeof *b);
+            float *a = test_malloc((size_t)arows * lda * sizeof *a), *b = test_malloc((size_t)brows * ldb * sizeof *b);
             for (int i = 0; i < arows; i++)
                 for (int j = 0; j < lda; j++) a[(size_t)i * lda + j] = j < acols ? gen() : u2f(0x7fc00000u);
             for (int i = 0; i < brows; i++)
                 for (int j = 0; j < ldb; j++) b[(size_t)i * ldb + j] = j < bcols ? gen() : u2f(0x7fc00000u);
             size_t nc = (size_t)(M + 1) * ldc;
-            float *c0 = xmalloc(nc * sizeof *c0), *cp = xmalloc(nc * sizeof *cp), *cf = xmalloc(nc * sizeof *cf);
+            float *c0 = test_malloc(nc * sizeof *c0), *cp = test_malloc(nc * sizeof *cp), *cf = test_malloc(nc * sizeof *cf);
             for (size_t i = 0; i < nc; i++) c0[i] = u2f(guard_bits(i));
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) c0[(size_t)m * ldc + n] = gen();
             /* references on rounded and on unrounded inputs; errors over the M x N cells */
-            double *ref = xmalloc((size_t)M * N * sizeof *ref), *unr = xmalloc((size_t)M * N * sizeof *unr);
+            double *ref = test_malloc((size_t)M * N * sizeof *ref), *unr = test_malloc((size_t)M * N * sizeof *unr);
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) {
                     double sr = c0[(size_t)m * ldc + n], su = sr;
@@ -317,7 +283,7 @@ static void test_gemm(void) {
                     }
                     ref[(size_t)m * N + n] = sr, unr[(size_t)m * N + n] = su;
                 }
-            float *got = xmalloc((size_t)M * N * sizeof *got), *gotf = xmalloc((size_t)M * N * sizeof *gotf);
+            float *got = test_malloc((size_t)M * N * sizeof *got), *gotf = test_malloc((size_t)M * N * sizeof *gotf);
             for (int path = have_fast ? 0 : 1; path < 2; path++) {
                 float *c = path ? cp : cf;
                 memcpy(c, c0, nc * sizeof *c);
@@ -381,27 +347,27 @@ static void test_gemm(void) {
                 continue;
             }
             /* the size with the largest err / tol_k(K): passes when every size is within */
-            result(what, worst_err[path][t], tol_k(sizes[worst_at[path][t]].K));
+            test_result(what, worst_err[path][t], tol_k(sizes[worst_at[path][t]].K));
         }
         snprintf(what, sizeof what, "gemm %-8s guard cells of C bit-identical", pn);
         if (path == 0 && !have_fast) skipped(what);
-        else expect(what, guards_ok[path]);
+        else test_expect(what, guards_ok[path]);
         snprintf(what, sizeof what, "gemm %-8s packed B matches the documented layout", pn);
         if (path == 0 && !have_fast) skipped(what);
         else {
             if (pack_bad[path]) printf("  %ld packed elements differ\n", pack_bad[path]);
-            expect(what, pack_bad[path] == 0);
+            test_expect(what, pack_bad[path] == 0);
         }
     }
     if (have_fast) {
-        result("gemm fast vs portable (all cases, worst err / tol_k(K))", fp_err, fp_tol);
+        test_result("gemm fast vs portable (all cases, worst err / tol_k(K))", fp_err, fp_tol);
         printf("  (fast and portable results %s bit-identical)\n", bitwise_same ? "are" : "are not");
     } else {
         skipped("gemm fast vs portable");
     }
     printf("  unrounded-input reference: err %.3e .. %.3e, at least %.0fx tol_k(K)\n", unr_min, unr_max, unr_min_ratio);
-    expect("gemm vs UNROUNDED reference is >= 10x tol_k (sees rounding)", unr_min_ratio >= 10.0);
-    expect("gemm with M, N or K = 0 leaves C untouched", empty_ok);
+    test_expect("gemm vs UNROUNDED reference is >= 10x tol_k (sees rounding)", unr_min_ratio >= 10.0);
+    test_expect("gemm with M, N or K = 0 leaves C untouched", empty_ok);
 }
 
 /* ============================== 3. linear layer ============================== */
@@ -415,14 +381,14 @@ static void test_linear(int portable, int N, int IC, int OC) {
         return;
     }
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
-    float *inp = xmalloc(ni * 4), *w = xmalloc(nw * 4), *bias = xmalloc((size_t)OC * 4), *dout = xmalloc(no * 4);
-    float *dinp0 = xmalloc(ni * 4), *dw0 = xmalloc(nw * 4), *db0 = xmalloc((size_t)OC * 4);
+    float *inp = test_malloc(ni * 4), *w = test_malloc(nw * 4), *bias = test_malloc((size_t)OC * 4), *dout = test_malloc(no * 4);
+    float *dinp0 = test_malloc(ni * 4), *dw0 = test_malloc(nw * 4), *db0 = test_malloc((size_t)OC * 4);
     fill(inp, ni), fill(w, nw), fill(bias, (size_t)OC), fill(dout, no);
     fill(dinp0, ni), fill(dw0, nw), fill(db0, (size_t)OC);   /* gradients accumulate */
     /* references: products of the rounded inp, w, dout; bias and dbias in full precision */
-    double *inp_r = xmalloc(ni * 8), *w_r = xmalloc(nw * 8), *dout_r = xmalloc(no * 8), *bias_d = xmalloc((size_t)OC * 8);
-    double *out_ref = xmalloc(no * 8), *outnb_ref = xmalloc(no * 8);
-    double *dinp_ref = xmalloc(ni * 8), *dw_ref = xmalloc(nw * 8), *db_ref = xmalloc((size_t)OC * 8);
+    double *inp_r = test_malloc(ni * 8), *w_r = test_malloc(nw * 8), *dout_r = test_malloc(no * 8), *bias_d = test_malloc((size_t)OC * 8);
+    double *out_ref = test_malloc(no * 8), *outnb_ref = test_malloc(no * 8);
+    double *dinp_ref = test_malloc(ni * 8), *dw_ref = test_malloc(nw * 8), *db_ref = test_malloc((size_t)OC * 8);
     for (size_t i = 0; i < ni; i++) inp_r[i] = rb(inp[i]), dinp_ref[i] = dinp0[i];
     for (size_t i = 0; i < nw; i++) w_r[i] = rb(w[i]), dw_ref[i] = dw0[i];
     for (size_t i = 0; i < no; i++) dout_r[i] = rb(dout[i]);
@@ -436,8 +402,8 @@ static void test_linear(int portable, int N, int IC, int OC) {
     mha_linear_forward_f64(outnb_ref, inp_r, w_r, NULL, N, IC, OC);
     mha_linear_backward_f64(dinp_ref, dw_ref, NULL, dout_r, inp_r, w_r, N, IC, OC);
 
-    float *out = xmalloc(no * 4), *dinp = xmalloc(ni * 4), *dw = xmalloc(nw * 4), *db = xmalloc((size_t)OC * 4);
-    float *out1 = xmalloc(no * 4), *dinp1 = xmalloc(ni * 4), *dw1 = xmalloc(nw * 4);
+    float *out = test_malloc(no * 4), *dinp = test_malloc(ni * 4), *dw = test_malloc(nw * 4), *db = test_malloc((size_t)OC * 4);
+    float *out1 = test_malloc(no * 4), *dinp1 = test_malloc(ni * 4), *dw1 = test_malloc(nw * 4);
     int same = 1;
     mha_bf16_force_portable(portable);
     for (int nt = 1; nt <= 2; nt++) {
@@ -447,22 +413,22 @@ static void test_linear(int portable, int N, int IC, int OC) {
         for (size_t i = 0; i < no; i++) out[i] = u2f(0x7fc00000u);   /* out is overwritten */
         mha_linear_forward_bf16(out, inp, w, bias, N, IC, OC);
         snprintf(what, sizeof what, "%s forward", head);
-        result(what, rel_err_f_d(out, out_ref, no), tol_k(IC));
+        test_result(what, rel_err_f_d(out, out_ref, no), tol_k(IC));
         if (nt == 1) memcpy(out1, out, no * 4);
         else same &= memcmp(out1, out, no * 4) == 0;
         for (size_t i = 0; i < no; i++) out[i] = u2f(0x7fc00000u);
         mha_linear_forward_bf16(out, inp, w, NULL, N, IC, OC);
         snprintf(what, sizeof what, "%s forward, no bias", head);
-        result(what, rel_err_f_d(out, outnb_ref, no), tol_k(IC));
+        test_result(what, rel_err_f_d(out, outnb_ref, no), tol_k(IC));
 
         memcpy(dinp, dinp0, ni * 4), memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
         mha_linear_backward_bf16(dinp, dw, db, dout, inp, w, N, IC, OC);
         snprintf(what, sizeof what, "%s backward dinp", head);
-        result(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC));
+        test_result(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC));
         snprintf(what, sizeof what, "%s backward dw", head);
-        result(what, rel_err_f_d(dw, dw_ref, nw), tol_k(N));
+        test_result(what, rel_err_f_d(dw, dw_ref, nw), tol_k(N));
         snprintf(what, sizeof what, "%s backward dbias (fp32 dout)", head);
-        result(what, rel_err_f_d(db, db_ref, (size_t)OC), tol_k(N));
+        test_result(what, rel_err_f_d(db, db_ref, (size_t)OC), tol_k(N));
         if (nt == 1) memcpy(dinp1, dinp, ni * 4), memcpy(dw1, dw, nw * 4);
         else same &= memcmp(dinp1, dinp, ni * 4) == 0 && memcmp(dw1, dw, nw * 4) == 0;
 
@@ -477,7 +443,7 @@ static void test_linear(int portable, int N, int IC, int OC) {
     }
     mha_bf16_force_portable(0);
     snprintf(what, sizeof what, "linear %-8s %dx%dx%d 1T vs 2T bit-identical", pn, N, IC, OC);
-    expect(what, same);
+    test_expect(what, same);
     free(inp), free(w), free(bias), free(dout), free(dinp0), free(dw0), free(db0);
     free(inp_r), free(w_r), free(dout_r), free(bias_d), free(out_ref), free(outnb_ref);
     free(dinp_ref), free(dw_ref), free(db_ref);
@@ -492,13 +458,13 @@ static void test_backend(void) {
     const Backend *bb = mha_cpu_backend_bf16(2, why, sizeof why);
     if (!bb) {
         printf("  mha_cpu_backend_bf16: NULL (%s)\n", why);
-        expect("backend_bf16 NULL only without AVX512_BF16", !mha_bf16_fast() && why[0] != 0);
+        test_expect("backend_bf16 NULL only without AVX512_BF16", !mha_bf16_fast() && why[0] != 0);
         return;
     }
-    expect("backend_bf16 available (fast path on)", mha_bf16_fast());
+    test_expect("backend_bf16 available (fast path on)", mha_bf16_fast());
     const Backend *bf = mha_cpu_backend(2);
-    expect("backend_bf16: bf16 = 1 (fp32 table: 0)", bb->bf16 == 1 && bf->bf16 == 0);
-    expect("backend_bf16: linear and attention entries are the bf16 ones",
+    test_expect("backend_bf16: bf16 = 1 (fp32 table: 0)", bb->bf16 == 1 && bf->bf16 == 0);
+    test_expect("backend_bf16: linear and attention entries are the bf16 ones",
            bb->linear_forward == mha_linear_forward_bf16 && bb->linear_backward == mha_linear_backward_bf16 &&
            bb->linear_forward_post == mha_linear_forward_post_bf16 &&
            bb->attention_forward_math == mha_attention_forward_math_bf16 &&
@@ -516,9 +482,9 @@ static void test_backend(void) {
     x.attention_forward_fused = y.attention_forward_fused = NULL;
     x.attention_backward_fused = y.attention_backward_fused = NULL;
     const size_t from = offsetof(Backend, alloc);
-    expect("backend_bf16: other entries equal mha_cpu_backend's",
+    test_expect("backend_bf16: other entries equal mha_cpu_backend's",
            x.name == y.name && memcmp((char *)&x + from, (char *)&y + from, sizeof(Backend) - from) == 0);
-    expect("backend_bf16: omp threads set to 2", omp_get_max_threads() == 2);
+    test_expect("backend_bf16: omp threads set to 2", omp_get_max_threads() == 2);
 }
 
 /* The start of C and the row sums of A: accumulate = 0 with a bias (and without) must ignore
@@ -539,9 +505,9 @@ static void test_gemm_start_and_sums(void) {
                 for (int with_bias = 0; with_bias < 2; with_bias++) {
                     const int M = cases[cs].M, N = cases[cs].N, K = cases[cs].K;
                     const int lda = ta ? M : K;
-                    float *a = xmalloc((size_t)M * K * sizeof *a), *b = xmalloc((size_t)K * N * sizeof *b);
-                    float *c = xmalloc((size_t)M * N * sizeof *c), *bias = xmalloc((size_t)N * sizeof *bias);
-                    float *rs = xmalloc((size_t)M * sizeof *rs), *rs0 = xmalloc((size_t)M * sizeof *rs0);
+                    float *a = test_malloc((size_t)M * K * sizeof *a), *b = test_malloc((size_t)K * N * sizeof *b);
+                    float *c = test_malloc((size_t)M * N * sizeof *c), *bias = test_malloc((size_t)N * sizeof *bias);
+                    float *rs = test_malloc((size_t)M * sizeof *rs), *rs0 = test_malloc((size_t)M * sizeof *rs0);
                     for (int i = 0; i < M * K; i++) a[i] = gen();
                     for (int i = 0; i < K * N; i++) b[i] = gen();
                     for (int i = 0; i < N; i++) bias[i] = gen();
@@ -572,9 +538,9 @@ static void test_gemm_start_and_sums(void) {
                     if (e / tol_k(K) > worst / worst_tol) worst = e, worst_tol = tol_k(K);
                     free(a), free(b), free(c), free(bias), free(rs), free(rs0), free(packed), free(scratch);
                 }
-        result(portable ? "gemm C = bias + A@B (old C NaN), portable" : "gemm C = bias + A@B (old C NaN), fast",
+        test_result(portable ? "gemm C = bias + A@B (old C NaN), portable" : "gemm C = bias + A@B (old C NaN), fast",
                worst, worst_tol);
-        expect(portable ? "gemm row sums of A bit-exact, portable" : "gemm row sums of A bit-exact, fast",
+        test_expect(portable ? "gemm row sums of A bit-exact, portable" : "gemm row sums of A bit-exact, fast",
                sums_bad == 0 && nan_seen == 0);
     }
 }
@@ -596,8 +562,8 @@ static void test_attention(void) {
     const int B = 3, T = 300, NH = 4, HS = 32, C = NH * HS, C3 = 3 * C;
     const int32_t lengths[3] = {300, 141, 0};
     const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    float *qkv = xmalloc(nqkv * sizeof *qkv), *dout = xmalloc(nout * sizeof *dout);
-    double *qkvd = xmalloc(nqkv * sizeof *qkvd), *doutd = xmalloc(nout * sizeof *doutd);
+    float *qkv = test_malloc(nqkv * sizeof *qkv), *dout = test_malloc(nout * sizeof *dout);
+    double *qkvd = test_malloc(nqkv * sizeof *qkvd), *doutd = test_malloc(nout * sizeof *doutd);
     for (size_t i = 0; i < nqkv; i++) qkvd[i] = qkv[i] = 2.0f * gen();
     for (size_t i = 0; i < nout; i++) doutd[i] = dout[i] = gen();
     for (int variant = 0; variant < 4; variant++) {
@@ -605,14 +571,14 @@ static void test_attention(void) {
         const float p = variant & 2 ? 0.1f : 0.0f;
         const uint64_t seed = 77;
         /* double reference (math path) */
-        double *outd = xmalloc(nout * sizeof *outd), *attd = xmalloc(natt * sizeof *attd);
-        double *dattd = xmalloc(natt * sizeof *dattd), *dqkvd = calloc(nqkv, sizeof *dqkvd);
+        double *outd = test_malloc(nout * sizeof *outd), *attd = test_malloc(natt * sizeof *attd);
+        double *dattd = test_malloc(natt * sizeof *dattd), *dqkvd = calloc(nqkv, sizeof *dqkvd);
         mha_attention_forward_math_f64(outd, attd, qkvd, lengths, B, T, C, NH, causal, p, seed);
         mha_attention_backward_math_f64(dqkvd, dattd, doutd, qkvd, attd, lengths, B, T, C, NH, causal, p, seed);
         for (int fused = 0; fused < 2; fused++) {
-            float *out = xmalloc(nout * sizeof *out), *dqkv = calloc(nqkv, sizeof *dqkv);
-            float *att = xmalloc(natt * sizeof *att), *datt = xmalloc(natt * sizeof *datt);
-            float *lse = xmalloc((size_t)B * NH * T * sizeof *lse);
+            float *out = test_malloc(nout * sizeof *out), *dqkv = calloc(nqkv, sizeof *dqkv);
+            float *att = test_malloc(natt * sizeof *att), *datt = test_malloc(natt * sizeof *datt);
+            float *lse = test_malloc((size_t)B * NH * T * sizeof *lse);
             for (size_t i = 0; i < nout; i++) out[i] = u2f(0x7fc00000u);
             if (fused) {
                 mha_attention_forward_fused_bf16(out, lse, qkv, lengths, B, T, C, NH, causal, p, seed);
@@ -625,11 +591,11 @@ static void test_attention(void) {
             double eo = rel_err_f_d(out, outd, nout), eg = rel_err_f_d(dqkv, dqkvd, nqkv);
             snprintf(what, sizeof what, "attention bf16 %s%s%s forward", fused ? "fused" : "math",
                      causal ? " causal" : "", p > 0 ? " dropout" : "");
-            result(what, eo, 2e-2);
+            test_result(what, eo, 2e-2);
             snprintf(what, sizeof what, "attention bf16 %s%s%s backward dqkv", fused ? "fused" : "math",
                      causal ? " causal" : "", p > 0 ? " dropout" : "");
-            result(what, eg, 2e-2);
-            expect("  ... and not fp32 (err > 1e-5)", eo > 1e-5 && eg > 1e-5);
+            test_result(what, eg, 2e-2);
+            test_expect("  ... and not fp32 (err > 1e-5)", eo > 1e-5 && eg > 1e-5);
             free(out), free(dqkv), free(att), free(datt), free(lse);
         }
         free(outd), free(attd), free(dattd), free(dqkvd);
@@ -650,8 +616,8 @@ int main(void) {
     }
     test_attention();
     test_backend();
-    if (failures) {
-        printf("%d checks FAILED\n", failures);
+    if (test_failures) {
+        printf("%d checks FAILED\n", test_failures);
         return 1;
     }
     printf("all checks passed\n");

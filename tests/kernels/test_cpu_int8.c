@@ -75,47 +75,10 @@
 
 #define U 0x1p-24   /* float unit roundoff */
 
-static int failures = 0;
 static int have_fast = 0;   /* the CPU runs the AVX512-VNNI path */
 
-static void result(const char *what, double err, double tol) {
-    int ok = err <= tol;   /* NaN fails */
-    printf("%-62s err=%.3e tol=%.1e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
-static void expect(const char *what, int ok) {
-    printf("%-62s %s\n", what, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
 static void skipped(const char *what) { printf("%-62s skipped (no AVX512_VNNI)\n", what); }
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-/* 64-byte aligned, exactly `bytes` long (so that ASan sees any access past the end) */
-static void *xaligned(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-static uint32_t f2u(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 #define QNAN u2f(0x7fc00000u)
 
 static uint64_t counter = 0;
@@ -166,8 +129,8 @@ typedef struct {
 
 /* Runs both paths on x (K) and checks them; returns the portable bytes in out (K) if given. */
 static void check_row(const char *label, const float *x, int K, QStats *st, uint8_t *out) {
-    uint8_t *xf = xmalloc((size_t)K + 16), *xp = xmalloc((size_t)K + 16);
-    int *q = xmalloc((size_t)(K ? K : 1) * sizeof *q);
+    uint8_t *xf = test_malloc((size_t)K + 16), *xp = test_malloc((size_t)K + 16);
+    int *q = test_malloc((size_t)(K ? K : 1) * sizeof *q);
     memset(xf, 0x5a, (size_t)K + 16), memset(xp, 0x5a, (size_t)K + 16);
     float sf = 0.0f, sp;
     if (have_fast) {
@@ -236,10 +199,10 @@ static void check_row(const char *label, const float *x, int K, QStats *st, uint
 /* A row with known bytes: checks the portable (and so the fast) bytes against want. */
 static void check_known(const char *label, const float *x, int K, const uint8_t *want, float want_s, QStats *st,
                         long *known_bad) {
-    uint8_t *got = xmalloc((size_t)K);
+    uint8_t *got = test_malloc((size_t)K);
     check_row(label, x, K, st, got);
     mha_i8_force_portable(1);
-    uint8_t *tmp = xmalloc((size_t)K);
+    uint8_t *tmp = test_malloc((size_t)K);
     float s = mha_i8_quantize_row(tmp, x, K);
     mha_i8_force_portable(0);
     int bad = f2u(s) != f2u(want_s);
@@ -270,7 +233,7 @@ static void test_quantize(void) {
     for (int li = 0; li < nl; li++) {
         const int K = lengths[li];
         for (int r = 0; r < 4; r++) {
-            float *buf = xmalloc((size_t)(K + 1) * sizeof *buf);
+            float *buf = test_malloc((size_t)(K + 1) * sizeof *buf);
             float *x = r == 3 ? buf + 1 : buf;   /* r = 3: not 8-byte aligned */
             const float sc = scales[(K + r) % 5];
             for (int k = 0; k < K; k++) x[k] = gen() * sc;
@@ -349,7 +312,7 @@ static void test_quantize(void) {
             check_known(what, x, K, want, mxs[i] / 127.0f, &st, &known_bad);
         }
         printf("  (%ld exact ties with an inexact 127 / mx found)\n", found);
-        expect("tie rows with inexact 127 / mx: ties found", found > 300);
+        test_expect("tie rows with inexact 127 / mx: ties found", found > 300);
     }
     /* a negative maximum */
     {
@@ -385,19 +348,19 @@ static void test_quantize(void) {
     }
 
     snprintf(what, sizeof what, "quantize_row: %ld rows, fast vs portable bit-identical", st.rows);
-    if (have_fast) expect(what, st.fp_bad == 0);
+    if (have_fast) test_expect(what, st.fp_bad == 0);
     else skipped(what);
     snprintf(what, sizeof what, "quantize_row: bit-exact vs reference (%ld rows)", st.rows - st.ref_skipped);
-    expect(what, st.ref_bad == 0);
-    expect("quantize_row: bytes past K untouched", st.guard_bad == 0);
-    expect("quantize_row: known rows (zeros, single, ties, negative max)", known_bad == 0);
+    test_expect(what, st.ref_bad == 0);
+    test_expect("quantize_row: bytes past K untouched", st.guard_bad == 0);
+    test_expect("quantize_row: known rows (zeros, single, ties, negative max)", known_bad == 0);
     printf("  worst |x - s q| = s/2 (1 + %.1f u) (rows with 127/max finite; in \"%s\"); bound s/2 (1 + 768 u) + 2^-142\n",
            st.worst_excess, st.worst_row);
-    expect("quantize_row: |x - s q| <= h(s), max -> +-127, signs kept", st.prop_bad == 0);
+    test_expect("quantize_row: |x - s q| <= h(s), max -> +-127, signs kept", st.prop_bad == 0);
     if (st.prop_bad) printf("  %ld rows break a property\n", st.prop_bad);
     snprintf(what, sizeof what, "quantize_row: max|x| < 127/FLT_MAX (%ld rows): same properties", so.rows);
-    expect(what, so.prop_bad == 0 && so.guard_bad == 0);
-    if (have_fast) expect("quantize_row: max|x| < 127/FLT_MAX: fast vs portable bit-identical", so.fp_bad == 0);
+    test_expect(what, so.prop_bad == 0 && so.guard_bad == 0);
+    if (have_fast) test_expect("quantize_row: max|x| < 127/FLT_MAX: fast vs portable bit-identical", so.fp_bad == 0);
 }
 
 /* ================================ 2. the GEMM ================================ */
@@ -446,8 +409,8 @@ static long pack_mismatches(const uint8_t *packed, const int *wq, const float *s
 static void gemm_case(int M, int N, int K, int variant, GStats *st) {
     const int ldx = K + (variant & 1 ? 3 : 16), ldw = K + 5;
     const int ldy = (variant & 2) ? mha_i8_panels(N) * MHA_I8_NR + 5 : N + 3;
-    float *x = xmalloc((size_t)M * ldx * sizeof *x), *w = xmalloc((size_t)N * ldw * sizeof *w);
-    float *bias = xmalloc((size_t)N * sizeof *bias);
+    float *x = test_malloc((size_t)M * ldx * sizeof *x), *w = test_malloc((size_t)N * ldw * sizeof *w);
+    float *bias = test_malloc((size_t)N * sizeof *bias);
     /* rows of different magnitudes; NaN past K; some rows zero, one with an outlier */
     for (int m = 0; m < M; m++) {
         const float rs = ldexpf(1.0f, (m * 7 + variant) % 9 - 4);
@@ -466,11 +429,11 @@ static void gemm_case(int M, int N, int K, int variant, GStats *st) {
 
     /* the reconstruction and the references */
     const size_t mn = (size_t)M * N;
-    int *xq = xmalloc((size_t)M * K * sizeof *xq + 1), *wq = xmalloc((size_t)N * K * sizeof *wq + 1);
-    float *sx = xmalloc((size_t)M * sizeof *sx), *sw = xmalloc((size_t)N * sizeof *sw);
-    double *xn = xmalloc((size_t)M * sizeof *xn), *whn = xmalloc((size_t)N * sizeof *whn);
-    int64_t *c = xmalloc(mn * sizeof *c);
-    double *ut = xmalloc(mn * sizeof *ut);
+    int *xq = test_malloc((size_t)M * K * sizeof *xq + 1), *wq = test_malloc((size_t)N * K * sizeof *wq + 1);
+    float *sx = test_malloc((size_t)M * sizeof *sx), *sw = test_malloc((size_t)N * sizeof *sw);
+    double *xn = test_malloc((size_t)M * sizeof *xn), *whn = test_malloc((size_t)N * sizeof *whn);
+    int64_t *c = test_malloc(mn * sizeof *c);
+    double *ut = test_malloc(mn * sizeof *ut);
     for (int m = 0; m < M; m++) {
         int d;
         sx[m] = ref_quantize(xq + (size_t)m * K, x + (size_t)m * ldx, K, &d);
@@ -503,7 +466,7 @@ static void gemm_case(int M, int N, int K, int variant, GStats *st) {
     float *ys[2][2];   /* [path][with_bias] */
     for (int path = have_fast ? 0 : 1; path < 2; path++) {
         mha_i8_force_portable(path);
-        uint8_t *packed = xaligned(pbytes);
+        uint8_t *packed = test_aligned(pbytes);
         memset(packed, 0xa5, pbytes);   /* every byte must be written */
         mha_i8_pack_w(packed, w, ldw, N, K, 0, np / 2);
         mha_i8_pack_w(packed, w, ldw, N, K, np / 2, np);
@@ -512,11 +475,11 @@ static void gemm_case(int M, int N, int K, int variant, GStats *st) {
             printf("  %s: %ld packed values differ (M=%d N=%d K=%d)\n", path ? "portable" : "fast", pb, M, N, K);
         st->pack_bad[path] += pb;
         const size_t sbytes = mha_i8_scratch_bytes(M, K);
-        uint8_t *scratch = xaligned(sbytes);
+        uint8_t *scratch = test_aligned(sbytes);
         memset(scratch, 0xa5, sbytes);
         for (int wb = 0; wb < 2; wb++) {
             const float *bp = wb ? bias : NULL;
-            float *y = ys[path][wb] = xmalloc(ny * sizeof *y);
+            float *y = ys[path][wb] = test_malloc(ny * sizeof *y);
             for (size_t i = 0; i < ny; i++) y[i] = u2f(guard_bits(i));
             mha_i8_gemm(M, N, K, x, ldx, packed, bp, y, ldy, scratch);
             int gbad = 0;
@@ -588,14 +551,14 @@ static long gemm_empty(void) {
     for (int path = have_fast ? 0 : 1; path < 2; path++) {
         mha_i8_force_portable(path);
         float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, bias[3] = {0.25f, -3.0f, 7.5f}, y[12];
-        uint8_t *packed = xaligned(mha_i8_packed_w_bytes(3, 2)), *scratch = xaligned(mha_i8_scratch_bytes(3, 2));
+        uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(3, 2)), *scratch = test_aligned(mha_i8_scratch_bytes(3, 2));
         mha_i8_pack_w(packed, x, 2, 3, 2, 0, mha_i8_panels(3));
         for (int i = 0; i < 12; i++) y[i] = u2f(guard_bits((size_t)i));
         mha_i8_gemm(0, 3, 2, x, 2, packed, bias, y, 3, scratch);
         mha_i8_gemm(3, 0, 2, x, 2, packed, bias, y, 3, scratch);
         for (int i = 0; i < 12; i++) bad += f2u(y[i]) != guard_bits((size_t)i);
         free(packed), free(scratch);
-        packed = xaligned(mha_i8_packed_w_bytes(3, 0)), scratch = xaligned(mha_i8_scratch_bytes(4, 0));
+        packed = test_aligned(mha_i8_packed_w_bytes(3, 0)), scratch = test_aligned(mha_i8_scratch_bytes(4, 0));
         mha_i8_pack_w(packed, x, 0, 3, 0, 0, mha_i8_panels(3));
         mha_i8_gemm(4, 3, 0, x, 0, packed, bias, y, 3, scratch);
         for (int i = 0; i < 12; i++) bad += f2u(y[i]) != f2u(bias[i % 3]);
@@ -627,7 +590,7 @@ static int gemm_page_edges(void) {
     float y[3 * 33];
     for (int path = have_fast ? 0 : 1; path < 2; path++) {
         mha_i8_force_portable(path);
-        uint8_t *packed = xaligned(mha_i8_packed_w_bytes(N, K)), *scratch = xaligned(mha_i8_scratch_bytes(M, K));
+        uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(N, K)), *scratch = test_aligned(mha_i8_scratch_bytes(M, K));
         mha_i8_pack_w(packed, w, K, N, K, 0, mha_i8_panels(N));
         mha_i8_gemm(M, N, K, x, K, packed, bias, y, N, scratch);
         uint8_t xu[19];
@@ -671,34 +634,34 @@ static void test_gemm(void) {
             continue;
         }
         snprintf(what, sizeof what, "gemm %-8s packed W matches the layout (%ld cases)", pn, st.cases);
-        expect(what, st.pack_bad[path] == 0);
+        test_expect(what, st.pack_bad[path] == 0);
         snprintf(what, sizeof what, "gemm %-8s guard cells of y bit-identical", pn);
-        expect(what, st.guard_bad[path] == 0);
+        test_expect(what, st.guard_bad[path] == 0);
         snprintf(what, sizeof what, "gemm %-8s y == documented float expression, bit-exact", pn);
-        expect(what, st.exact_bad[path] == 0);
+        test_expect(what, st.exact_bad[path] == 0);
         if (st.exact_bad[path]) printf("  %ld cells differ\n", st.exact_bad[path]);
         snprintf(what, sizeof what, "gemm %-8s vs quantized double ref (worst err / bound)", pn);
-        result(what, st.q_ratio[path], 1.0);
+        test_result(what, st.q_ratio[path], 1.0);
         printf("  (that cell's error %.3e)\n", st.q_err[path]);
         snprintf(what, sizeof what, "gemm %-8s vs unquantized double ref (worst err / bound)", pn);
-        result(what, st.u_ratio[path], 1.0);
+        test_result(what, st.u_ratio[path], 1.0);
         printf("  (that cell's error %.3e)\n", st.u_err[path]);
     }
-    expect("mha_i8_packed_w_bytes == Np Kp + 8 Np", st.size_bad == 0);
-    if (have_fast) expect("gemm fast vs portable bit-identical (y and guards)", st.fp_bad == 0);
+    test_expect("mha_i8_packed_w_bytes == Np Kp + 8 Np", st.size_bad == 0);
+    if (have_fast) test_expect("gemm fast vs portable bit-identical (y and guards)", st.fp_bad == 0);
     else skipped("gemm fast vs portable bit-identical");
     printf("  normwise vs quantized ref: max %.3e (bound 4u = %.1e)\n", st.q_norm_max, 4 * U);
     printf("  normwise vs unquantized ref: min %.0f x 4u over cases with K >= 5\n", st.sees_min);
-    expect("gemm vs UNQUANTIZED reference >= 100x 4u (sees quantization)", st.sees_min >= 100.0);
-    expect("gemm M = 0 / N = 0 leave y alone, K = 0 gives bias", empty_bad == 0);
-    expect("gemm, pack_w, quantize_row read nothing past x, W, bias (guard pages)", edges_ran);
+    test_expect("gemm vs UNQUANTIZED reference >= 100x 4u (sees quantization)", st.sees_min >= 100.0);
+    test_expect("gemm M = 0 / N = 0 leave y alone, K = 0 gives bias", empty_bad == 0);
+    test_expect("gemm, pack_w, quantize_row read nothing past x, W, bias (guard pages)", edges_ran);
 }
 
 /* ============================== 3. linear layer ============================== */
 
 static void test_linear(int N, int IC, int OC) {
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
-    float *inp = xmalloc(ni * 4), *w = xmalloc(nw * 4), *bias = xmalloc((size_t)OC * 4);
+    float *inp = test_malloc(ni * 4), *w = test_malloc(nw * 4), *bias = test_malloc((size_t)OC * 4);
     for (size_t i = 0; i < ni; i++) inp[i] = gen() * (float)(1 + i / IC % 5);
     for (size_t i = 0; i < nw; i++) w[i] = 0.1f * gen();
     for (int o = 0; o < OC; o++) bias[o] = gen();
@@ -714,14 +677,14 @@ static void test_linear(int N, int IC, int OC) {
         }
         mha_i8_force_portable(portable);
         /* direct: the product this call must equal */
-        uint8_t *packed = xaligned(mha_i8_packed_w_bytes(OC, IC)), *scratch = xaligned(mha_i8_scratch_bytes(N, IC));
+        uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(OC, IC)), *scratch = test_aligned(mha_i8_scratch_bytes(N, IC));
         mha_i8_pack_w(packed, w, IC, OC, IC, 0, mha_i8_panels(OC));
-        float *direct[2], *out = xmalloc(no * 4);
+        float *direct[2], *out = test_malloc(no * 4);
         int same_direct = 1, same_threads = 1;
         for (int wb = 0; wb < 2; wb++) {
-            direct[wb] = xmalloc(no * 4);
+            direct[wb] = test_malloc(no * 4);
             mha_i8_gemm(N, OC, IC, inp, IC, packed, wb ? bias : NULL, direct[wb], OC, scratch);
-            outs[portable][wb] = xmalloc(no * 4);
+            outs[portable][wb] = test_malloc(no * 4);
         }
         for (int nt = 1; nt <= 2; nt++) {
             omp_set_num_threads(nt);
@@ -736,14 +699,14 @@ static void test_linear(int N, int IC, int OC) {
         mha_i8_force_portable(0);
         snprintf(what, sizeof what, "linear %-8s %dx%dx%d%s == pack_w + gemm (1T, 2T)", pn, N, IC, OC,
                  par ? " (par)" : "");
-        expect(what, same_direct);
+        test_expect(what, same_direct);
         snprintf(what, sizeof what, "linear %-8s %dx%dx%d 1T vs 2T bit-identical", pn, N, IC, OC);
-        expect(what, same_threads);
+        test_expect(what, same_threads);
         free(packed), free(scratch), free(out), free(direct[0]), free(direct[1]);
     }
     if (have_fast) {
         snprintf(what, sizeof what, "linear %dx%dx%d fast vs portable bit-identical", N, IC, OC);
-        expect(what, memcmp(outs[0][0], outs[1][0], no * 4) == 0 && memcmp(outs[0][1], outs[1][1], no * 4) == 0);
+        test_expect(what, memcmp(outs[0][0], outs[1][0], no * 4) == 0 && memcmp(outs[0][1], outs[1][1], no * 4) == 0);
     }
     for (int p = 0; p < 2; p++) free(outs[p][0]), free(outs[p][1]);
     free(inp), free(w), free(bias);
@@ -767,24 +730,24 @@ static void test_backend(void) {
     const Backend *t = mha_cpu_backend_int8(2, why, sizeof why);
     if (!have_fast) {
         printf("  mha_cpu_backend_int8: NULL? %s (%s)\n", t ? "no" : "yes", why);
-        expect("backend_int8 NULL with a reason without AVX512_VNNI", t == NULL && why[0] != 0);
+        test_expect("backend_int8 NULL with a reason without AVX512_VNNI", t == NULL && why[0] != 0);
     } else {
-        expect("backend_int8 available (fast path on)", t != NULL);
+        test_expect("backend_int8 available (fast path on)", t != NULL);
         if (t) {
-            expect("backend_int8: int8 = 1, linear_forward(_post) = the int8 ones",
+            test_expect("backend_int8: int8 = 1, linear_forward(_post) = the int8 ones",
                    t->int8 == 1 && t->linear_forward == mha_linear_forward_int8 &&
                        t->linear_forward_post == mha_linear_forward_post_int8);
             char why2[160];
             const Backend *bf = mha_cpu_backend_bf16(2, why2, sizeof why2);
             const Backend *base = bf ? bf : mha_cpu_backend(2);
-            expect(bf ? "backend_int8: other entries equal the bf16 table's"
+            test_expect(bf ? "backend_int8: other entries equal the bf16 table's"
                       : "backend_int8: other entries equal the fp32 table's (no bf16)",
                    table_matches(t, base));
-            expect("backend_int8: omp threads set to 2", omp_get_max_threads() == 2);
+            test_expect("backend_int8: omp threads set to 2", omp_get_max_threads() == 2);
             if (bf) {   /* without the bf16 table: the fp32 one */
                 mha_bf16_force_portable(1);
                 t = mha_cpu_backend_int8(1, why, sizeof why);
-                expect("backend_int8 with bf16 forced off: the fp32 table's entries",
+                test_expect("backend_int8 with bf16 forced off: the fp32 table's entries",
                        t && t->int8 == 1 && t->linear_forward == mha_linear_forward_int8 &&
                            table_matches(t, mha_cpu_backend(1)));
                 mha_bf16_force_portable(0);
@@ -794,10 +757,10 @@ static void test_backend(void) {
     why[0] = 0;
     mha_i8_force_portable(1);
     t = mha_cpu_backend_int8(2, why, sizeof why);
-    expect("backend_int8 NULL with a reason after force_portable(1)", t == NULL && why[0] != 0 && !mha_i8_fast());
+    test_expect("backend_int8 NULL with a reason after force_portable(1)", t == NULL && why[0] != 0 && !mha_i8_fast());
     mha_i8_force_portable(0);
     t = mha_cpu_backend_int8(2, why, sizeof why);
-    expect("backend_int8 back after force_portable(0) (iff fast)", (t != NULL) == (mha_i8_fast() != 0));
+    test_expect("backend_int8 back after force_portable(0) (iff fast)", (t != NULL) == (mha_i8_fast() != 0));
 }
 
 int main(void) {
@@ -811,8 +774,8 @@ int main(void) {
     test_linear(300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
     test_linear(13, 40, 24);     /* again, after the buffers grew */
     test_backend();
-    if (failures) {
-        printf("%d checks FAILED\n", failures);
+    if (test_failures) {
+        printf("%d checks FAILED\n", test_failures);
         return 1;
     }
     printf("all checks passed\n");

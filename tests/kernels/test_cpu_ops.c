@@ -20,18 +20,8 @@
 #define TOL 1e-5
 
 static const Backend *be;
-static int failures = 0;
 static uint64_t fill_counter = 0;
 
-static void result(const char *what, double err, double tol) {
-    int ok = err < tol;   /* NaN fails */
-    printf("%-48s err=%.3e  %s\n", what, err, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
-static void expect(const char *what, int ok) {
-    printf("%-48s %s\n", what, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
-}
 
 /* ---- buffers: every float buffer has a double twin holding the same values ---- */
 static float *falloc(size_t n) {
@@ -74,11 +64,11 @@ static void test_linear(int with_bias) {
     mha_linear_forward_f64(out_d, inp_d, w_d, with_bias ? bias_d : NULL, N, IC, OC);
     be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
     mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC);
-    result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
+    test_result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
     if (with_bias) {
-        result("linear backward dinp", rel_err_f_d(dinp, dinp_d, ni), TOL);
-        result("linear backward dw", rel_err_f_d(dw, dw_d, nw), TOL);
-        result("linear backward dbias", rel_err_f_d(db, db_d, OC), TOL);
+        test_result("linear backward dinp", rel_err_f_d(dinp, dinp_d, ni), TOL);
+        test_result("linear backward dw", rel_err_f_d(dw, dw_d, nw), TOL);
+        test_result("linear backward dbias", rel_err_f_d(db, db_d, OC), TOL);
     }
     be->free(inp), be->free(w), be->free(bias), be->free(out), be->free(dout);
     be->free(dinp), be->free(dw), be->free(db);
@@ -99,7 +89,7 @@ static void test_embedding(void) {
     fill2(dtok, dtok_d, nt, -1, 1), fill2(dpos, dpos_d, np, -1, 1);
     be->embed_forward(out, ids, tok, pos, B, T, C);
     mha_embed_forward_f64(out_d, ids, tok_d, pos_d, B, T, C);
-    result("embed forward", rel_err_f_d(out, out_d, no), TOL);
+    test_result("embed forward", rel_err_f_d(out, out_d, no), TOL);
 
     /* determinism: bitwise equal results with 1 and 2 threads */
     float *dtok1 = falloc(nt), *dpos1 = falloc(np), *dtok2 = falloc(nt), *dpos2 = falloc(np);
@@ -107,14 +97,14 @@ static void test_embedding(void) {
     memcpy(dtok2, dtok, nt * sizeof(float)), memcpy(dpos2, dpos, np * sizeof(float));
     mha_cpu_backend(1)->embed_backward(dtok1, dpos1, dout, ids, B, T, C);
     mha_cpu_backend(2)->embed_backward(dtok2, dpos2, dout, ids, B, T, C);
-    expect("embed backward bitwise equal, 1 vs 2 threads",
+    test_expect("embed backward bitwise equal, 1 vs 2 threads",
            memcmp(dtok1, dtok2, nt * sizeof(float)) == 0 &&
                memcmp(dpos1, dpos2, np * sizeof(float)) == 0);
 
     be->embed_backward(dtok, dpos, dout, ids, B, T, C);
     mha_embed_backward_f64(dtok_d, dpos_d, dout_d, ids, B, T, C);
-    result("embed backward dtok", rel_err_f_d(dtok, dtok_d, nt), TOL);
-    result("embed backward dpos", rel_err_f_d(dpos, dpos_d, np), TOL);
+    test_result("embed backward dtok", rel_err_f_d(dtok, dtok_d, nt), TOL);
+    test_result("embed backward dpos", rel_err_f_d(dpos, dpos_d, np), TOL);
     be->free(ids), be->free(tok), be->free(pos), be->free(out), be->free(dout), be->free(dtok);
     be->free(dpos), be->free(dtok1), be->free(dpos1), be->free(dtok2), be->free(dpos2);
     free(tok_d), free(pos_d), free(out_d), free(dout_d), free(dtok_d), free(dpos_d);
@@ -134,14 +124,14 @@ static void test_layernorm(void) {
     fill2(dw, dw_d, C, -1, 1), fill2(db, db_d, C, -1, 1);
     be->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     mha_layernorm_forward_f64(out_d, mean_d, rstd_d, inp_d, w_d, b_d, N, C);
-    result("layernorm forward out", rel_err_f_d(out, out_d, n), TOL);
-    result("layernorm forward mean", rel_err_f_d(mean, mean_d, N), TOL);
-    result("layernorm forward rstd", rel_err_f_d(rstd, rstd_d, N), TOL);
+    test_result("layernorm forward out", rel_err_f_d(out, out_d, n), TOL);
+    test_result("layernorm forward mean", rel_err_f_d(mean, mean_d, N), TOL);
+    test_result("layernorm forward rstd", rel_err_f_d(rstd, rstd_d, N), TOL);
     be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     mha_layernorm_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, mean_d, rstd_d, N, C);
-    result("layernorm backward dinp", rel_err_f_d(dinp, dinp_d, n), TOL);
-    result("layernorm backward dw", rel_err_f_d(dw, dw_d, C), TOL);
-    result("layernorm backward db", rel_err_f_d(db, db_d, C), TOL);
+    test_result("layernorm backward dinp", rel_err_f_d(dinp, dinp_d, n), TOL);
+    test_result("layernorm backward dw", rel_err_f_d(dw, dw_d, C), TOL);
+    test_result("layernorm backward db", rel_err_f_d(db, db_d, C), TOL);
     be->free(inp), be->free(w), be->free(b), be->free(out), be->free(mean), be->free(rstd);
     be->free(dout), be->free(dinp), be->free(dw), be->free(db);
     free(inp_d), free(w_d), free(b_d), free(out_d), free(mean_d), free(rstd_d), free(dout_d);
@@ -161,11 +151,11 @@ static void test_elementwise(void) {
         be->act_forward(out, x, n, act);
         mha_act_forward_f64(out_d, x_d, n, act);
         snprintf(what, sizeof what, "%s forward", nm);
-        result(what, rel_err_f_d(out, out_d, n), TOL);
+        test_result(what, rel_err_f_d(out, out_d, n), TOL);
         be->act_backward(d, g, x, n, act);
         mha_act_backward_f64(d_d, g_d, x_d, n, act);
         snprintf(what, sizeof what, "%s backward", nm);
-        result(what, rel_err_f_d(d, d_d, n), TOL);
+        test_result(what, rel_err_f_d(d, d_d, n), TOL);
     }
 
     /* dropout: the mask is exactly the RNG's, kept values scaled by 1/(1-p) */
@@ -173,56 +163,56 @@ static void test_elementwise(void) {
     const uint64_t seed = 77, offset = 123456;
     be->dropout_forward(out, x, n, p, seed, offset);
     mha_dropout_forward_f64(out_d, x_d, n, p, seed, offset);
-    result("dropout forward vs double", rel_err_f_d(out, out_d, n), TOL);
+    test_result("dropout forward vs double", rel_err_f_d(out, out_d, n), TOL);
     size_t wrong = 0, kept = 0;
     for (size_t i = 0; i < n; i++) {
         int keep = mha_rng_uniform(seed, offset + i) >= p;
         kept += keep;
         if (keep ? out[i] != x[i] * (1.0f / (1.0f - p)) : out[i] != 0) wrong++;
     }
-    expect("dropout forward mask exact", wrong == 0);
+    test_expect("dropout forward mask exact", wrong == 0);
     printf("  dropout kept fraction %.4f (expected %.2f)\n", (double)kept / n, 1.0 - p);
     fill2(d, d_d, n, -1, 1);
     float *d0 = falloc(n);
     memcpy(d0, d, n * sizeof(float));
     be->dropout_backward(d, g, n, p, seed, offset);
     mha_dropout_backward_f64(d_d, g_d, n, p, seed, offset);
-    result("dropout backward", rel_err_f_d(d, d_d, n), TOL);
+    test_result("dropout backward", rel_err_f_d(d, d_d, n), TOL);
     wrong = 0;
     for (size_t i = 0; i < n; i++) {
         float add = mha_rng_uniform(seed, offset + i) >= p ? g[i] * (1.0f / (1.0f - p)) : 0.0f;
         if (d[i] != d0[i] + add) wrong++;
     }
-    expect("dropout backward = start + mask * dout / (1-p)", wrong == 0);
+    test_expect("dropout backward = start + mask * dout / (1-p)", wrong == 0);
     be->free(d0);
     be->dropout_forward(out, x, n, 0.0f, seed, offset);
-    expect("dropout p=0 copies", memcmp(out, x, n * sizeof(float)) == 0);
+    test_expect("dropout p=0 copies", memcmp(out, x, n * sizeof(float)) == 0);
 
     /* add, accumulate, scale, sum_squares */
     fill2(y, NULL, n, -1, 1);
     be->add(out, x, y, n);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= out[i] == x[i] + y[i];
-    expect("add", ok);
+    test_expect("add", ok);
     memcpy(d, x, n * sizeof(float));
     be->accumulate(d, y, n);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= d[i] == x[i] + y[i];
-    expect("accumulate", ok);
+    test_expect("accumulate", ok);
     be->scale(d, n, 0.5f);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= d[i] == (x[i] + y[i]) * 0.5f;
-    expect("scale", ok);
+    test_expect("scale", ok);
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += x_d[i] * x_d[i];
-    result("sum_squares", fabs(be->sum_squares(x, n) - ss) / ss, 1e-12);
+    test_result("sum_squares", fabs(be->sum_squares(x, n) - ss) / ss, 1e-12);
     const size_t nbig = 3000000;
     float *big = falloc(nbig);
     fill2(big, NULL, nbig, -1, 1);
     double s1 = mha_cpu_backend(1)->sum_squares(big, nbig);
     double s2 = mha_cpu_backend(2)->sum_squares(big, nbig);
     be = mha_cpu_backend(0);
-    expect("sum_squares bitwise equal, 1 vs 2 threads", s1 == s2);
+    test_expect("sum_squares bitwise equal, 1 vs 2 threads", s1 == s2);
     be->free(big);
     be->free(x), be->free(y), be->free(out), be->free(g), be->free(d);
     free(x_d), free(out_d), free(g_d), free(d_d);
@@ -303,22 +293,22 @@ static void test_attention(int causal, float p) {
     char tag[48], what[96];
     snprintf(tag, sizeof tag, "attention%s p=%.1f", causal ? " causal" : "", (double)p);
     snprintf(what, sizeof what, "%s math fwd out", tag);
-    result(what, rel_err_f_d(out_m, out_d, no), TOL);
+    test_result(what, rel_err_f_d(out_m, out_d, no), TOL);
     naive_attention(out_d, qkv_d, len, B, T, C, NH, causal, p, seed);
     snprintf(what, sizeof what, "%s math fwd vs definition", tag);
-    result(what, rel_err_f_d(out_m, out_d, no), TOL);
+    test_result(what, rel_err_f_d(out_m, out_d, no), TOL);
     snprintf(what, sizeof what, "%s math fwd att", tag);
-    result(what, rel_err_f_d(att, att_d, na), TOL);
+    test_result(what, rel_err_f_d(att, att_d, na), TOL);
     snprintf(what, sizeof what, "%s fused fwd out", tag);
-    result(what, rel_err_f_d(out_f, out_d, no), TOL);
+    test_result(what, rel_err_f_d(out_f, out_d, no), TOL);
     snprintf(what, sizeof what, "%s fused vs math fwd", tag);
-    result(what, rel_err_f_f(out_f, out_m, no), TOL);
+    test_result(what, rel_err_f_f(out_f, out_m, no), TOL);
     snprintf(what, sizeof what, "%s math bwd dqkv", tag);
-    result(what, rel_err_f_d(dq_m, dq_d, nq), TOL);
+    test_result(what, rel_err_f_d(dq_m, dq_d, nq), TOL);
     snprintf(what, sizeof what, "%s fused bwd dqkv", tag);
-    result(what, rel_err_f_d(dq_f, dq_d, nq), TOL);
+    test_result(what, rel_err_f_d(dq_f, dq_d, nq), TOL);
     snprintf(what, sizeof what, "%s fused vs math bwd", tag);
-    result(what, rel_err_f_f(dq_f, dq_m, nq), TOL);
+    test_result(what, rel_err_f_f(dq_f, dq_m, nq), TOL);
 
     /* padded query rows: exact zeros; gradients of padded rows untouched; no NaN anywhere */
     int zeros = 1, untouched = 1;
@@ -334,11 +324,11 @@ static void test_attention(int causal, float p) {
             }
         }
     snprintf(what, sizeof what, "%s padded rows: out zero", tag);
-    expect(what, zeros);
+    test_expect(what, zeros);
     snprintf(what, sizeof what, "%s padded rows: dqkv untouched", tag);
-    expect(what, untouched);
+    test_expect(what, untouched);
     snprintf(what, sizeof what, "%s finite (example with no key)", tag);
-    expect(what, all_finite(out_m, no) && all_finite(out_f, no) && all_finite(att, na) &&
+    test_expect(what, all_finite(out_m, no) && all_finite(out_f, no) && all_finite(att, na) &&
                      all_finite(lse, nl) && all_finite(dq_m, nq) && all_finite(dq_f, nq));
     /* att: zeros at masked entries, rows sum to 1 on real rows */
     int masked0 = 1;
@@ -357,9 +347,9 @@ static void test_attention(int causal, float p) {
         }
     }
     snprintf(what, sizeof what, "%s att masked entries zero", tag);
-    expect(what, masked0);
+    test_expect(what, masked0);
     snprintf(what, sizeof what, "%s att rows sum to 1", tag);
-    result(what, rowsum_err, 1e-5);
+    test_result(what, rowsum_err, 1e-5);
 
     /* each (b, h) is one thread's work with single-threaded BLAS: the bits do not depend on
      * the thread count (here 1 vs 3, more threads than this test's machine may have) */
@@ -383,7 +373,7 @@ static void test_attention(int causal, float p) {
     same &= memcmp(o1, o3, no * sizeof(float)) == 0 && memcmp(g1, g3, nq * sizeof(float)) == 0;
     be = mha_cpu_backend(0);
     snprintf(what, sizeof what, "%s bitwise equal, 1 vs 3 threads", tag);
-    expect(what, same);
+    test_expect(what, same);
     be->free(o1), be->free(o3), be->free(l1), be->free(l3), be->free(g1), be->free(g3);
 
     be->free(len), be->free(qkv), be->free(dout), be->free(att), be->free(datt);
@@ -409,15 +399,15 @@ static void test_pool(int mode, const char *name) {
     mha_pool_backward_f64(dinp_d, dout_d, am_d, len, B, T, C, mode);
     char what[64];
     snprintf(what, sizeof what, "%s forward", name);
-    result(what, rel_err_f_d(out, out_d, no), TOL);
+    test_result(what, rel_err_f_d(out, out_d, no), TOL);
     snprintf(what, sizeof what, "%s backward", name);
-    result(what, rel_err_f_d(dinp, dinp_d, ni), TOL);
+    test_result(what, rel_err_f_d(dinp, dinp_d, ni), TOL);
     int untouched = 1;
     for (int b = 0; b < B; b++)
         for (size_t i = ((size_t)b * T + lens[b]) * C; i < (size_t)(b + 1) * T * C; i++)
             untouched &= dinp[i] == d0[i];
     snprintf(what, sizeof what, "%s padded rows untouched", name);
-    expect(what, untouched);
+    test_expect(what, untouched);
     be->free(len), be->free(am), be->free(inp), be->free(out), be->free(dout), be->free(dinp);
     be->free(d0);
     free(am_d), free(inp_d), free(out_d), free(dout_d), free(dinp_d);
@@ -436,11 +426,11 @@ static void test_crossentropy(float eps) {
     mha_crossentropy_f64(losses_d, probs_d, dl_d, logits_d, labels, B, K, eps, 1.0 / B);
     char what[64];
     snprintf(what, sizeof what, "crossentropy eps=%.1f losses", (double)eps);
-    result(what, rel_err_f_d(losses, losses_d, B), TOL);
+    test_result(what, rel_err_f_d(losses, losses_d, B), TOL);
     snprintf(what, sizeof what, "crossentropy eps=%.1f probs", (double)eps);
-    result(what, rel_err_f_d(probs, probs_d, n), TOL);
+    test_result(what, rel_err_f_d(probs, probs_d, n), TOL);
     snprintf(what, sizeof what, "crossentropy eps=%.1f dlogits", (double)eps);
-    result(what, rel_err_f_d(dl, dl_d, n), TOL);
+    test_result(what, rel_err_f_d(dl, dl_d, n), TOL);
     /* the loss by its definition, independently of the kernel */
     double maxerr = 0;
     for (int b = 0; b < B; b++) {
@@ -454,7 +444,7 @@ static void test_crossentropy(float eps) {
         if (e > maxerr) maxerr = e;
     }
     snprintf(what, sizeof what, "crossentropy eps=%.1f loss definition", (double)eps);
-    result(what, maxerr, 1e-12);
+    test_result(what, maxerr, 1e-12);
     be->free(labels), be->free(logits), be->free(probs), be->free(dl), be->free(losses);
     free(logits_d), free(probs_d), free(dl_d), free(losses_d);
 }
@@ -488,17 +478,17 @@ static void test_adamw(void) {
         if (t == 1) {
             char what[64];
             snprintf(what, sizeof what, "adamw step 1 hand value 0.899 (got %.7f)", (double)p[0]);
-            result(what, fabs(p[0] - 0.899) / 0.899, 1e-6);
+            test_result(what, fabs(p[0] - 0.899) / 0.899, 1e-6);
         }
     }
-    result("adamw 3 steps vs double formula", maxerr, 1e-6);
+    test_result("adamw 3 steps vs double formula", maxerr, 1e-6);
     be->free(p), be->free(g), be->free(m), be->free(v);
 }
 
 /* ----------------------------- memory, expf ----------------------------- */
 static void test_memory_and_expf(void) {
     char *a = be->alloc(1000), *b = be->alloc(1000);
-    expect("alloc 64-byte aligned", ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
+    test_expect("alloc 64-byte aligned", ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
     for (int i = 0; i < 1000; i++) a[i] = (char)i;
     be->copy(b, a, 1000);
     int ok = memcmp(a, b, 1000) == 0;
@@ -507,7 +497,7 @@ static void test_memory_and_expf(void) {
     be->to_host(b, a, 1000);
     ok &= memcmp(a, b, 1000) == 0;
     be->sync();
-    expect("copy, zero, to_host", ok);
+    test_expect("copy, zero, to_host", ok);
     be->free(a), be->free(b);
 
     double maxrel = 0;
@@ -516,14 +506,14 @@ static void test_memory_and_expf(void) {
         double r = exp((double)x), e = fabs((double)mha_expf(x) - r) / r;
         if (e > maxrel) maxrel = e;
     }
-    result("mha_expf vs exp on [-87, 88] (relative)", maxrel, 4e-7);
+    test_result("mha_expf vs exp on [-87, 88] (relative)", maxrel, 4e-7);
     double maxabs = 0;
     for (int i = 0; i <= 2000000; i++) {
         float x = -12.0f + 24.0f * (float)i / 2000000.0f;
         double e = fabs((double)mha_erff(x) - erf((double)x));
         if (e > maxabs) maxabs = e;
     }
-    result("mha_erff vs erf on [-12, 12] (absolute)", maxabs, 2.5e-7);
+    test_result("mha_erff vs erf on [-12, 12] (absolute)", maxabs, 2.5e-7);
     /* integer dropout threshold == float comparison of rng.h, around the threshold */
     static const float ps[] = {1e-7f, 0.1f, 0.2f, 0.25f, 1.0f / 3.0f, 0.5f, 0.9f, 0.999999f};
     int thr_ok = mha_drop_threshold(0.0) == 0 && mha_drop_threshold(1.0) == (1u << 24);
@@ -535,8 +525,8 @@ static void test_memory_and_expf(void) {
             thr_ok &= ((uint64_t)k >= thr) == (u >= ps[a]);
         }
     }
-    expect("dropout threshold matches rng.h comparison", thr_ok);
-    expect("mha_expf(-100) == 0, mha_expf(0) == 1", mha_expf(-100.0f) == 0.0f && mha_expf(0.0f) == 1.0f);
+    test_expect("dropout threshold matches rng.h comparison", thr_ok);
+    test_expect("mha_expf(-100) == 0, mha_expf(0) == 1", mha_expf(-100.0f) == 0.0f && mha_expf(0.0f) == 1.0f);
 }
 
 /* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
@@ -569,7 +559,7 @@ static void test_linear_post_table(const Backend *t, const char *name) {
                 }
         char what[96];
         snprintf(what, sizeof what, "linear_forward_post %s %dx%d->%d = ops in turn", name, N, IC, OC);
-        expect(what, bad == 0);
+        test_expect(what, bad == 0);
         free(x), free(w), free(b), free(r), free(lin), free(ref), free(out);
     }
 }
@@ -606,8 +596,8 @@ int main(void) {
     test_crossentropy(0.0f);
     test_crossentropy(0.1f);
     test_adamw();
-    if (failures) {
-        printf("%d checks FAILED\n", failures);
+    if (test_failures) {
+        printf("%d checks FAILED\n", test_failures);
         return 1;
     }
     printf("all checks passed\n");
