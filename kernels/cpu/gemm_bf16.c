@@ -8,11 +8,10 @@
  * every row block of A passes over it. The portable path runs the same loops in C. */
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MHA_BF16_X86 1
-#include <cpuid.h>
+#ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
@@ -21,24 +20,8 @@
 
 static int force_portable;
 
-static int cpu_has_bf16(void) {
-#ifdef MHA_BF16_X86
-    static int cached = -1;
-    if (cached < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-        /* __builtin_cpu_supports also checks that the OS saves the zmm state */
-        cached = bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
-int mha_bf16_fast(void) { return !force_portable && cpu_has_bf16(); }
-int mha_bf16_cpu_supported(void) { return cpu_has_bf16(); }
+int mha_bf16_fast(void) { return !force_portable && mha_cpu_avx512_bf16(); }
+int mha_bf16_cpu_supported(void) { return mha_cpu_avx512_bf16(); }
 void mha_bf16_force_portable(int on) { force_portable = on; }
 
 /* ------------------------------------------------------------------ scalar conversion */
@@ -70,7 +53,7 @@ static inline float b_at(const float *b, int ldb, int trans, int k, int n) {
     return trans ? b[(size_t)n * ldb + k] : b[(size_t)k * ldb + n];
 }
 
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
 static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr);
 
 /* The first n of 16 lanes (n <= 0: none, n >= 16: all). */
@@ -114,7 +97,7 @@ void mha_bf16_pack_b(uint16_t *dst, const float *b, int ldb, int trans_b, int K,
     for (int p = p0; p < p1; p++) {
         uint16_t *d = dst + (size_t)p * panel;
         const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
         if (mha_bf16_fast()) {
             if (trans_b) pack_b_trans_fast(d, b, ldb, K, n0, nr);
             else pack_b_rows_fast(d, b, ldb, K, n0, nr);
@@ -137,7 +120,7 @@ size_t mha_bf16_scratch_elems(int M) {
 /* Packed A: (Mp, kl) bf16 row-major for one block of kl columns (kl even), rows M..Mp-1 and
  * columns past K zero; row m's k pair kk is the dword at m * kl/2 + kk. */
 
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
 /* In-register transpose of a 16 x 16 matrix of dwords: r[i] element j -> r[j] element i.
  * Dwords interleaved in pairs of rows, then qwords, then 128-bit lanes (two steps). */
 FAST_TARGET static inline void transpose16(__m512i r[16]) {
@@ -243,7 +226,7 @@ static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, i
                    double *sums) {
     const int mp = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
     if (mp > M) memset(dst + (size_t)M * kl, 0, (size_t)(mp - M) * kl * sizeof *dst);
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
     if (mha_bf16_fast()) {
         pack_a_fast(dst, a, lda, trans_a, M, K, k0, kl, sums);
         return;
@@ -285,7 +268,7 @@ static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float
         }
 }
 
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
 FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
                                     int add, const float *bias) {
     __m512 acc0[MHA_BF16_MR], acc1[MHA_BF16_MR];
@@ -357,7 +340,7 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
                 const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
                 const uint16_t *ap = ap_all + (size_t)m0 * kl;
                 float *cp = c + (size_t)m0 * ldc + n0;
-#ifdef MHA_BF16_X86
+#ifdef MHA_CPU_X86
                 if (fast) {
                     kernel_fast(ap, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
                     continue;

@@ -11,11 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_int8.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MHA_I8_X86 1
-#include <cpuid.h>
+#ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
@@ -24,23 +23,8 @@
 
 static int force_portable;
 
-static int cpu_has_vnni(void) {
-#ifdef MHA_I8_X86
-    static int cached = -1;
-    if (cached < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        int vnni = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
-        cached = vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    }
-    return cached;
-#else
-    return 0;
-#endif
-}
-
-int mha_i8_fast(void) { return !force_portable && cpu_has_vnni(); }
-int mha_i8_cpu_supported(void) { return cpu_has_vnni(); }
+int mha_i8_fast(void) { return !force_portable && mha_cpu_avx512_vnni(); }
+int mha_i8_cpu_supported(void) { return mha_cpu_avx512_vnni(); }
 void mha_i8_force_portable(int on) { force_portable = on; }
 
 static inline int round_up4(int k) { return (k + 3) & ~3; }
@@ -70,7 +54,7 @@ static float quantize_row_portable(uint8_t *xu, const float *x, int K) {
     return mx / 127.0f;
 }
 
-#ifdef MHA_I8_X86
+#ifdef MHA_CPU_X86
 static inline __mmask16 first_mask(int n) {
     return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
 }
@@ -100,7 +84,7 @@ FAST_TARGET static float quantize_row_fast(uint8_t *xu, const float *x, int K) {
 #endif
 
 float mha_i8_quantize_row(uint8_t *xu, const float *x, int K) {
-#ifdef MHA_I8_X86
+#ifdef MHA_CPU_X86
     if (mha_i8_fast()) return quantize_row_fast(xu, x, K);
 #endif
     return quantize_row_portable(xu, x, K);
@@ -163,7 +147,7 @@ static void kernel_portable(const uint8_t *a, int kp, const int8_t *b, const flo
         }
 }
 
-#ifdef MHA_I8_X86
+#ifdef MHA_CPU_X86
 FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
                                     const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
     __m512i acc0[MHA_I8_MR], acc1[MHA_I8_MR];
@@ -237,7 +221,7 @@ void mha_i8_gemm(int M, int N, int K, const float *x, int ldx, const void *packe
             const int mr = M - m0 < MHA_I8_MR ? M - m0 : MHA_I8_MR;
             const uint8_t *ap = xa + (size_t)m0 * kp;
             float *yp = y + (size_t)m0 * ldy + n0;
-#ifdef MHA_I8_X86
+#ifdef MHA_CPU_X86
             if (fast) {
                 kernel_fast(ap, kp, bp, sx + m0, sw + n0, wsum + n0, bias ? bias + n0 : NULL, yp, ldy, mr, nr);
                 continue;

@@ -11,4 +11,8 @@
 #undef FN
 #undef REAL
 
+/* on = 1 runs the portable softmax rows even where the AVX-512 rows (rows_avx512.h) could
+ * run, so that tests compare the two on one machine; 0 (the default) picks by CPU. */
+void mha_rows_force_portable(int on);
+
 #endif

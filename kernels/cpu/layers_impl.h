@@ -422,7 +422,7 @@ void FN(dropout_backward)(REAL *dinp, const REAL *dout, size_t n, REAL p,
 static MHA_CLONES REAL FN(softmax_row)(REAL *row, int n, int nz, REAL mult, uint64_t thr,
                                        uint64_t seed, uint64_t base) {
 #ifdef MHA_ROWS_FAST_DEGREE
-    if (!thr && mha_rows_avx512()) return mha_softmax_row_avx512(row, n, nz, mult, MHA_ROWS_FAST_DEGREE);
+    if (!thr && MHA_ROWS_FAST()) return mha_softmax_row_avx512(row, n, nz, mult, MHA_ROWS_FAST_DEGREE);
 #endif
     REAL mx = row[0];
 #pragma omp simd reduction(max : mx)
@@ -471,7 +471,7 @@ static MHA_CLONES void FN(fused_bwd_row)(REAL *sr, REAL *dr, int n, int nz, REAL
                                          REAL scale, uint64_t thr, REAL dscale, uint64_t seed,
                                          uint64_t base) {
 #ifdef MHA_ROWS_FAST_DEGREE
-    if (!thr && mha_rows_avx512()) {
+    if (!thr && MHA_ROWS_FAST()) {
         mha_fused_bwd_row_avx512(sr, dr, n, nz, lse, D, scale, MHA_ROWS_FAST_DEGREE);
         return;
     }

@@ -13,22 +13,19 @@
  * is the same float; the sum is reduced in another order (16 partial lanes), so the
  * probabilities and the log-sum-exp may differ by an ulp or so.
  * Included by layers_f32.c; layers_impl.h's row helpers call these at run time when the CPU
- * has AVX-512F (mha_rows_avx512()). Not compared with the portable rows by a test (on an
- * AVX-512 machine those never run); the attention tests check both against double. */
+ * has AVX-512 (mha_cpu_avx512()) and mha_rows_force_portable(1) did not switch them off;
+ * tests/kernels/test_cpu_ops.c checks both paths against double and against each other. */
 #ifndef MHA_KERNELS_CPU_ROWS_AVX512_H
 #define MHA_KERNELS_CPU_ROWS_AVX512_H
 
 #include <math.h>
 #include <string.h>
+#include "kernels/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef MHA_CPU_X86
 #define MHA_ROWS_AVX512 1
 #include <immintrin.h>
 #define ROWS_TARGET __attribute__((target("avx512f")))
-
-/* 1 when the CPU (and OS) run AVX-512F: a read of the flags libgcc fills in at startup, so
- * threads may ask at once. */
-static inline int mha_rows_avx512(void) { return __builtin_cpu_supports("avx512f") ? 1 : 0; }
 
 static inline __mmask16 rows_mask(int left) {
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);

@@ -39,6 +39,7 @@
 #include <string.h>
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/cpu/layers_bf16.h"
 #include "kernels/rng.h"
@@ -614,7 +615,12 @@ int main(void) {
         test_linear(portable, 300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
         test_linear(portable, 13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
     }
-    test_attention();
+    for (int rows_portable = 0; rows_portable < 2; rows_portable++) {
+        mha_rows_force_portable(rows_portable);
+        printf("softmax rows: %s\n", rows_portable ? "portable" : "AVX-512 where the CPU has it");
+        test_attention();
+    }
+    mha_rows_force_portable(0);
     test_backend();
     if (test_failures) {
         printf("%d checks FAILED\n", test_failures);

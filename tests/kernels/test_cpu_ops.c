@@ -13,6 +13,7 @@
 #include <string.h>
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
 #include "tests/test_util.h"
@@ -264,6 +265,8 @@ static void naive_attention(double *y, const double *qkv, const int32_t *len, in
     free(s);
 }
 
+static int rows_portable = 0;   /* the softmax rows in use: AVX-512 (where the CPU has it) or portable */
+
 static void test_attention(int causal, float p) {
     const int B = AB, T = AT, C = AC, NH = ANH;
     const uint64_t seed = 31337;
@@ -291,7 +294,8 @@ static void test_attention(int causal, float p) {
     mha_attention_backward_math_f64(dq_d, datt_d, dout_d, qkv_d, att_d, len, B, T, C, NH, causal,
                                     p, seed);
     char tag[48], what[96];
-    snprintf(tag, sizeof tag, "attention%s p=%.1f", causal ? " causal" : "", (double)p);
+    snprintf(tag, sizeof tag, "attention%s p=%.1f%s", causal ? " causal" : "", (double)p,
+             rows_portable ? " portable rows" : "");
     snprintf(what, sizeof what, "%s math fwd out", tag);
     test_result(what, rel_err_f_d(out_m, out_d, no), TOL);
     naive_attention(out_d, qkv_d, len, B, T, C, NH, causal, p, seed);
@@ -576,6 +580,59 @@ static void test_linear_post(void) {
     be = mha_cpu_backend(0);
 }
 
+/* The AVX-512 softmax rows (rows_avx512.h, dropout-free rows) against the portable rows on
+ * this machine: the same exp of every score, row sums in another order, so outputs,
+ * log-sum-exps and gradients agree to a few float roundings, far below TOL (both paths are
+ * also checked against double above; the bf16 attention's are in test_cpu_bf16, where one
+ * ulp of a probability can flip its bf16 rounding). */
+static void test_rows_paths(void) {
+    const Backend *t = be;
+    const char *name = "fp32";
+    const double tol = 2e-6;
+    const int B = AB, T = AT, C = AC, NH = ANH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    size_t na = (size_t)B * NH * T * T;
+    int32_t *len = t->alloc(B * sizeof(int32_t));
+    memcpy(len, att_len, sizeof att_len);
+    float *qkv = falloc(nq), *dout = falloc(no), *att = falloc(na), *datt = falloc(na);
+    fill2(qkv, NULL, nq, -2, 2), fill2(dout, NULL, no, -1, 1);
+    float *out[2], *lse[2], *dq[2], *outm[2], *dqm[2];
+    for (int path = 0; path < 2; path++) {
+        out[path] = falloc(no), lse[path] = falloc(nl), dq[path] = falloc(nq);
+        outm[path] = falloc(no), dqm[path] = falloc(nq);
+    }
+    char what[96];
+    for (int causal = 0; causal < 2; causal++) {
+        for (int path = 0; path < 2; path++) {
+            mha_rows_force_portable(path);
+            memset(dq[path], 0, nq * sizeof(float)), memset(dqm[path], 0, nq * sizeof(float));
+            t->attention_forward_fused(out[path], lse[path], qkv, len, B, T, C, NH, causal, 0, 1);
+            t->attention_backward_fused(dq[path], dout, out[path], qkv, lse[path], len, B, T, C, NH,
+                                        causal, 0, 1);
+            t->attention_forward_math(outm[path], att, qkv, len, B, T, C, NH, causal, 0, 1);
+            t->attention_backward_math(dqm[path], datt, dout, qkv, att, len, B, T, C, NH, causal, 0, 1);
+        }
+        mha_rows_force_portable(0);
+        double e = rel_err_f_f(out[0], out[1], no);
+        double e2 = rel_err_f_f(lse[0], lse[1], nl);
+        if (e2 > e) e = e2;
+        e2 = rel_err_f_f(outm[0], outm[1], no);
+        if (e2 > e) e = e2;
+        snprintf(what, sizeof what, "%s rows AVX-512 = portable fwd%s", name, causal ? " causal" : "");
+        test_result(what, e, tol);
+        e = rel_err_f_f(dq[0], dq[1], nq);
+        e2 = rel_err_f_f(dqm[0], dqm[1], nq);
+        if (e2 > e) e = e2;
+        snprintf(what, sizeof what, "%s rows AVX-512 = portable bwd%s", name, causal ? " causal" : "");
+        test_result(what, e, tol);
+    }
+    for (int path = 0; path < 2; path++) {
+        be->free(out[path]), be->free(lse[path]), be->free(dq[path]);
+        be->free(outm[path]), be->free(dqm[path]);
+    }
+    t->free(len), be->free(qkv), be->free(dout), be->free(att), be->free(datt);
+}
+
 int main(void) {
     be = mha_cpu_backend(0);
     test_linear_post();
@@ -586,10 +643,15 @@ int main(void) {
     be = mha_cpu_backend(0);
     test_layernorm();
     test_elementwise();
-    for (int causal = 0; causal < 2; causal++) {
-        test_attention(causal, 0.0f);
-        test_attention(causal, 0.1f);
+    for (rows_portable = 0; rows_portable < 2; rows_portable++) {
+        mha_rows_force_portable(rows_portable);
+        for (int causal = 0; causal < 2; causal++) {
+            test_attention(causal, 0.0f);
+            test_attention(causal, 0.1f);
+        }
     }
+    mha_rows_force_portable(0);
+    test_rows_paths();
     test_pool(MHA_POOL_MEAN, "pool mean");
     test_pool(MHA_POOL_CLS, "pool cls");
     test_pool(MHA_POOL_MAX, "pool max");
