@@ -170,11 +170,8 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
-    p->ro.format = format_from_name(p->cfg.format);
-    p->ro.tok.nfkc = p->cfg.nfkc;
-    p->ro.tok.casefold = p->cfg.casefold;
+    config_read_options(&p->cfg, &p->ro);
     p->ro.tok.replace_invalid = 1;  /* prediction never stops on a bad byte */
-    p->ro.max_line_bytes = p->cfg.max_line_bytes;
     p->add_cls = strcmp(p->cfg.pooling, "cls") == 0;
     p->truncate = strcmp(p->cfg.truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
     return 0;

@@ -1004,3 +1004,12 @@ void config_print_help(FILE *f) {
         fputc('\n', f);
     }
 }
+
+void config_read_options(const Config *c, ReadOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->format = format_from_name(c->format);
+    o->tok.nfkc = c->nfkc;
+    o->tok.casefold = c->casefold;
+    o->tok.replace_invalid = c->replace_invalid;
+    o->max_line_bytes = c->max_line_bytes;
+}

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include "data/dataset.h"
 #include "data/error.h"
 
 typedef struct {
@@ -70,5 +71,9 @@ char *config_to_json(const Config *c);
 
 /* One line per key: name, type, default, help and allowed values (for --help). */
 void config_print_help(FILE *f);
+
+/* How the data.* keys say a data file is read (format, normalisation, invalid UTF-8, line
+ * length), as the dataset readers take it. */
+void config_read_options(const Config *c, ReadOptions *o);
 
 #endif

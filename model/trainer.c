@@ -112,15 +112,6 @@ static int lock_output_dir(const char *dir, MhaError *err) {
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
 }
 
-static void read_options(const Config *c, ReadOptions *o) {
-    memset(o, 0, sizeof *o);
-    o->format = format_from_name(c->format);
-    o->tok.nfkc = c->nfkc;
-    o->tok.casefold = c->casefold;
-    o->tok.replace_invalid = c->replace_invalid;
-    o->max_line_bytes = c->max_line_bytes;
-}
-
 /* Everything a run holds, so helpers can take one pointer. */
 typedef struct {
     Config *cfg;
@@ -273,7 +264,7 @@ static void format_duration(char *out, size_t n, double s) {
 static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     Config *c = r->cfg;
     ReadOptions ro;
-    read_options(c, &ro);
+    config_read_options(c, &ro);
     int rc;
     if (resume) {
         r->vocab = resume->vocab;

@@ -112,15 +112,6 @@ static int write_eval(Writer *w, const Dataset *ds, int kind, const Config *c, i
     return 0;
 }
 
-static void read_options(const Config *c, ReadOptions *o) {
-    memset(o, 0, sizeof *o);
-    o->format = format_from_name(c->format);
-    o->tok.nfkc = c->nfkc;
-    o->tok.casefold = c->casefold;
-    o->tok.replace_invalid = c->replace_invalid;
-    o->max_line_bytes = c->max_line_bytes;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: export_batches --config FILE [--set key=value ...] --out FILE.bin [--padded]\n"
                "                      [--predict TEXTFILE [--batch-size N] [--chunk N]]\n"
@@ -156,7 +147,7 @@ int main(int argc, char **argv) {
     }
     free(sets);
     ReadOptions ro;
-    read_options(&cfg, &ro);
+    config_read_options(&cfg, &ro);
     int add_cls = strcmp(cfg.pooling, "cls") == 0;
     int truncate = strcmp(cfg.truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
 
