@@ -76,6 +76,8 @@ typedef struct Backend {
      * mha_rng_uniform(seed, offset + i) >= p, and scaled by 1/(1-p). p == 0 copies. */
     void (*dropout_forward)(float *out, const float *inp, size_t n, float p,
                             uint64_t seed, uint64_t offset);
+    /* dinp += dout * keep / (1 - p): into a zeroed dinp, the same values as dropout_forward
+     * of dout with the same seed and offset (the model uses that to skip the zeroing). */
     void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p,
                              uint64_t seed, uint64_t offset);
 

@@ -13,6 +13,14 @@ static uint64_t site_seed(uint64_t seed, int layer, int which) { /* which: 1 att
     return mha_rng_u64(seed, layer < 0 ? SITE_EMBED : (uint64_t)(1 + 3 * layer + which - 1));
 }
 
+/* dinp (n) = the gradient through a dropout site, overwritten: inverted dropout's backward
+ * applies its forward's mask and scale (backend.h), so one pass of dropout_forward replaces
+ * zeroing dinp and accumulating into it (two passes over memory fewer). */
+static void dropout_grad(const Backend *be, float *dinp, const float *dout, size_t n, float p,
+                         uint64_t seed) {
+    be->dropout_forward(dinp, dout, n, p, seed, 0);
+}
+
 typedef struct { const Backend *be; size_t bytes; int failed; } Allocator;
 
 static void *alloc_or_flag(Allocator *a, size_t bytes) {
@@ -349,8 +357,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dy, G + o->ln2_w, G + o->ln2_b, dcur, a->res2, W + o->ln2_w,
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res2 = ln1 + drop(fc2): dz = d fc2 */
-            be->zero(dz, NC * fl);
-            be->dropout_backward(dz, dy, NC, p, site_seed(dropout_seed, l, 3), 0);
+            dropout_grad(be, dz, dy, NC, p, site_seed(dropout_seed, l, 3));
             be->zero(m->dff2, (size_t)N * F * fl);
             be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
             be->zero(m->dff1, (size_t)N * F * fl);
@@ -361,8 +368,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dy, a->res1, W + o->ln1_w,
                                    a->ln1_mean, a->ln1_rstd, N, C);
             /* res1 = x + drop(attproj): dz = d attproj, dy = d atty */
-            be->zero(dz, NC * fl);
-            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 2), 0);
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
             be->zero(dy, NC * fl);
             be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
             be->zero(m->dqkv, 3 * NC * fl);
@@ -371,8 +377,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->linear_backward(dcur, G + o->qkv_w, G + o->qkv_b, m->dqkv, x, W + o->qkv_w, N, C, 3 * C);
         } else {
             /* dcur = d res2; res2 = res1 + drop(fc2) */
-            be->zero(dz, NC * fl);
-            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 3), 0);
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 3));
             be->zero(m->dff2, (size_t)N * F * fl);
             be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
             be->zero(m->dff1, (size_t)N * F * fl);
@@ -383,8 +388,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dcur, G + o->ln2_w, G + o->ln2_b, dy, a->res1, W + o->ln2_w,
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res1 = x + drop(attproj) */
-            be->zero(dz, NC * fl);
-            be->dropout_backward(dz, dcur, NC, p, site_seed(dropout_seed, l, 2), 0);
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
             be->zero(dy, NC * fl);
             be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
             be->zero(m->dqkv, 3 * NC * fl);
@@ -396,8 +400,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
                                    a->ln1_mean, a->ln1_rstd, N, C);
         }
     }
-    be->zero(dy, NC * fl);
-    be->dropout_backward(dy, dcur, NC, p, site_seed(dropout_seed, -1, 0), 0);
+    dropout_grad(be, dy, dcur, NC, p, site_seed(dropout_seed, -1, 0));
     be->embed_backward(G + L->tok_emb, d->learned_pos ? G + L->pos_emb : NULL, dy, m->ids, B, T, C);
 }
 

@@ -185,6 +185,17 @@ static void test_elementwise(void) {
         if (d[i] != d0[i] + add) wrong++;
     }
     test_expect("dropout backward = start + mask * dout / (1-p)", wrong == 0);
+    /* what model_backward relies on (dropout_grad): backward into zeros = forward of dout */
+    for (int k = 0; k < 2; k++) {
+        const float pk = k ? p : 0.0f;
+        memset(d, 0, n * sizeof(float));
+        be->dropout_backward(d, g, n, pk, seed, offset);
+        be->dropout_forward(d0, g, n, pk, seed, offset);
+        wrong = 0;
+        for (size_t i = 0; i < n; i++) wrong += d[i] != d0[i];
+        test_expect(k ? "dropout backward into zeros = forward (p=0.25)"
+                      : "dropout backward into zeros = forward (p=0)", wrong == 0);
+    }
     be->free(d0);
     be->dropout_forward(out, x, n, 0.0f, seed, offset);
     test_expect("dropout p=0 copies", memcmp(out, x, n * sizeof(float)) == 0);
