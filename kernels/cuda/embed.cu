@@ -65,7 +65,10 @@ __device__ __forceinline__ void cmp_swap(unsigned long long &a, unsigned long lo
 
 /* kmax == 0: sort each chunk of n_local keys completely (all k up to n_local). Otherwise
  * finish the merge of size kmax for the strides j < n_local. */
-__global__ void sort_local_kernel(unsigned long long *keys, int n_local, int kmax) {
+/* Launched with SORT_LOCAL / 2 = 1024 threads: the bound keeps it within 64 registers per
+ * thread (more would fail the launch with "too many resources requested"). */
+__global__ void __launch_bounds__(SORT_LOCAL / 2) sort_local_kernel(unsigned long long *keys, int n_local,
+                                                                 int kmax) {
     __shared__ unsigned long long s[SORT_LOCAL];
     const int base = blockIdx.x * n_local;
     for (int i = threadIdx.x; i < n_local; i += blockDim.x) s[i] = keys[base + i];

@@ -9,11 +9,16 @@
  *    holds exactly when every thread that has not exited reached it. Warp shuffles are
  *    emulated with two block-wide barriers (every thread of the block must reach them, which
  *    holds for this backend: shuffles sit in block-uniform code after early exits).
+ *    After each round the barriers are checked (check_round): a __syncthreads() reached by
+ *    only part of the block (divergent code, an early return) or threads at different
+ *    barriers, and a shuffle/__syncwarp/mma_sync with lanes of its warp exited or elsewhere,
+ *    abort with the call site, as they would hang or be undefined on a GPU.
  *  - __shared__ is a static (one block runs at a time); dynamic shared memory is a fresh
  *    allocation of exactly the launch's size, filled with NaN bytes, per launch.
  *  - Launch configurations are validated as the driver does (threads per block, grid limits,
  *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
- *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns); cuBLAS SGEMM
+ *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns), filled with
+ *    NaN bytes (a read of device memory nothing wrote shows); cuBLAS SGEMM
  *    is a column-major reference with cuBLAS's argument checks, accumulating in double.
  *
  * What it cannot show: performance, memory coalescing, true data races between threads of a
@@ -150,7 +155,11 @@ inline cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (bytes > ((size_t)1 << 36)) return cudaErrorMemoryAllocation;
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return cudaErrorMemoryAllocation;
-    memset(*p, 0xa5, bytes);   /* garbage, like fresh device memory */
+    /* Garbage, as device memory from cudaMalloc is (often zeros on a fresh context, old data
+     * once memory is reused): all bits set, a NaN in every float and -1 in every integer, so
+     * an op that reads an element nothing wrote (a missing zero fill before +=, an unwritten
+     * scratch entry) fails the comparisons instead of adding a near-zero value. */
+    memset(*p, 0xff, bytes);
     mha_emu::live[*p] = bytes;
     return cudaSuccess;
 }
@@ -210,9 +219,18 @@ inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute a, int v) {
 /* ------------------------------------------------------------------ blocks as fibers */
 
 namespace mha_emu {
+/* Where a thread waits: a __syncthreads() (block-wide), or a warp-level operation (shuffle,
+ * __syncwarp, wmma::mma_sync), each emulated by block-wide yields (see below). */
+enum SyncKind { kBlockSync, kWarpSync };
+struct SyncSite {
+    const char *file;
+    int line;
+    int kind;
+};
 struct Fiber {
     ucontext_t ctx;
     bool done;
+    SyncSite at;   /* the barrier it waits at (valid while !done, after its first yield) */
 };
 inline ucontext_t sched_ctx;
 inline std::vector<Fiber> fibers;
@@ -232,6 +250,60 @@ inline void set_thread(int t) {
     threadIdx.z = t / (blockDim.x * blockDim.y);
 }
 
+inline bool same_site(const SyncSite &a, const SyncSite &b) {
+    return a.line == b.line && a.kind == b.kind && strcmp(a.file, b.file) == 0;
+}
+
+[[noreturn]] inline void sync_fail(int t, const char *what, const SyncSite &s) {
+    fprintf(stderr, "cuda_emu: block (%u,%u,%u), thread %d: %s (%s at %s:%d)\n", blockIdx.x,
+            blockIdx.y, blockIdx.z, t, what, s.kind == kBlockSync ? "__syncthreads" : "warp-level op",
+            s.file, s.line);
+    abort();
+}
+
+/* After each round (every live thread ran to its next barrier or its end): the barriers the
+ * threads wait at must be ones the hardware would let them meet at. A __syncthreads() must be
+ * reached by every thread of the block at the same call (CUDA: only in code uniform across
+ * the block; an early return before it counts as divergence); a warp-level operation with
+ * the full mask by every lane of the warp at the same call. Otherwise the emulation's
+ * round-robin would pass a barrier the hardware would hang at or treat as undefined. */
+inline void check_round(int nthreads) {
+    int first = -1;
+    for (int t = 0; t < nthreads; t++)
+        if (!fibers[t].done && fibers[t].at.kind == kBlockSync) {
+            first = t;
+            break;
+        }
+    if (first >= 0) {   /* a block barrier: everybody there */
+        const SyncSite &s = fibers[first].at;
+        for (int t = 0; t < nthreads; t++) {
+            if (fibers[t].done) sync_fail(t, "exited while other threads wait at a barrier", s);
+            if (!same_site(fibers[t].at, s)) {
+                fprintf(stderr, "cuda_emu: thread %d waits at %s:%d\n", t, fibers[t].at.file,
+                        fibers[t].at.line);
+                sync_fail(first, "threads of the block wait at different barriers", s);
+            }
+        }
+        return;
+    }
+    for (int w = 0; w < nthreads; w += 32) {   /* warp-level operations: per warp */
+        const int end = std::min(nthreads, w + 32);
+        int live = -1;
+        for (int t = w; t < end; t++)
+            if (!fibers[t].done) {
+                live = t;
+                break;
+            }
+        if (live < 0) continue;
+        if (end - w < 32) sync_fail(live, "warp-level op in a warp of fewer than 32 threads", fibers[live].at);
+        for (int t = w; t < end; t++) {
+            if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", fibers[live].at);
+            if (!same_site(fibers[t].at, fibers[live].at))
+                sync_fail(t, "lanes of one warp at different warp-level ops", fibers[live].at);
+        }
+    }
+}
+
 inline void run_block(int nthreads, std::function<void()> &fn) {
     body = &fn;
     if (fibers.size() < (size_t)nthreads) {
@@ -247,6 +319,7 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
         f.ctx.uc_link = &sched_ctx;
         makecontext(&f.ctx, trampoline, 0);
         f.done = false;
+        f.at = SyncSite{"(start)", 0, kWarpSync};
     }
     bool any = true;
     while (any) {
@@ -258,6 +331,7 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
             swapcontext(&sched_ctx, &fibers[t].ctx);
             any = true;
         }
+        if (any) check_round(nthreads);
     }
 }
 
@@ -266,26 +340,38 @@ inline int linear_tid(void) {
 }
 }  // namespace mha_emu
 
-inline void __syncthreads(void) {
-    mha_emu::Fiber &f = mha_emu::fibers[mha_emu::cur];
-    swapcontext(&f.ctx, &mha_emu::sched_ctx);
+namespace mha_emu {
+/* Yields to the scheduler until the next round, recording where (see check_round). */
+inline void barrier(int kind, const char *file, int line) {
+    Fiber &f = fibers[cur];
+    f.at = SyncSite{file, line, kind};
+    swapcontext(&f.ctx, &sched_ctx);
 }
 
 template <class T>
-inline T __shfl_xor_sync(unsigned int, T v, int lane_mask) {
+inline T shfl_xor(unsigned int mask, T v, int lane_mask, const char *file, int line) {
     static T buf[1024];
-    const int t = mha_emu::linear_tid();
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "cuda_emu: %s:%d: shuffle mask %#x: only full-warp shuffles are emulated\n",
+                file, line, mask);
+        abort();
+    }
+    const int t = linear_tid();
     buf[t] = v;
-    __syncthreads();
+    barrier(kWarpSync, file, line);
     const int src = (t & ~31) | ((t & 31) ^ lane_mask);
     T r = buf[src];
-    __syncthreads();
+    barrier(kWarpSync, file, line);
     return r;
 }
+}  // namespace mha_emu
 
-/* The warp-level barrier as a block-wide one: the backend calls it only where every thread of
- * the block reaches it (block-uniform code), so this is at least as strong. */
-inline void __syncwarp(unsigned int = 0xffffffffu) { __syncthreads(); }
+#define __syncthreads() mha_emu::barrier(mha_emu::kBlockSync, __FILE__, __LINE__)
+#define __shfl_xor_sync(mask, v, lane_mask) \
+    mha_emu::shfl_xor((mask), (v), (lane_mask), __FILE__, __LINE__)
+/* The warp-level barrier as a block-wide yield; check_round requires every lane of the warp
+ * at the same one, and the backend calls it in block-uniform code. */
+#define __syncwarp(...) mha_emu::barrier(mha_emu::kWarpSync, __FILE__, __LINE__)
 
 #define MHA_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(mha_emu::dyn_smem)
 

@@ -7,9 +7,11 @@
  * the hardware as long as the kernel uses fragments only through these calls (never indexes
  * fragment elements, whose thread mapping the hardware leaves unspecified). The checks the
  * hardware makes silently are made loudly here: ldm a multiple of 16 bytes, pointers 32-byte
- * aligned. What it cannot show: a missing __syncwarp() between a warp's store and another
- * lane's read (each emulated thread reads its own complete copy). mma_sync is a barrier of
- * the whole block here (see there).
+ * aligned. A store writes only the storing lane's share of the tile, so a missing
+ * __syncwarp() between a warp's store and other lanes' reads of it shows as stale data; a
+ * missing one between lanes' writes and a WMMA load shows too (each emulated thread loads the
+ * whole tile when it runs, before the lanes after it wrote). mma_sync is a warp-level barrier
+ * here, emulated as a block-wide yield (see there).
  */
 #ifndef MHA_TESTS_CUDA_EMU_BF16_H
 #define MHA_TESTS_CUDA_EMU_BF16_H
@@ -147,15 +149,20 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p
     detail::load(f.x, p, ldm, layout == mem_row_major);
 }
 
+/* Each lane writes only its share of the tile (elements 16 r + c = lane mod 32), as on the
+ * hardware, where a lane's stores cover only the elements its registers hold: a lane that
+ * reads the stored tile without a __syncwarp() (or another barrier) after the store sees the
+ * elements of the lanes that have not run yet still holding their old contents. */
 template <class T>
 inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm,
                               layout_t layout) {
     detail::check(p, ldm, "store_matrix_sync");
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) {
-            T *q = layout == mem_row_major ? &p[(size_t)r * ldm + c] : &p[(size_t)c * ldm + r];
-            *q = f.x[16 * r + c];
-        }
+    const int lane = mha_emu::linear_tid() & 31;
+    for (int e = lane; e < 256; e += 32) {
+        const int r = e / 16, c = e % 16;
+        T *q = layout == mem_row_major ? &p[(size_t)r * ldm + c] : &p[(size_t)c * ldm + r];
+        *q = f.x[e];
+    }
 }
 
 template <class Use, class T, class L>
@@ -172,7 +179,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_a, 16, 16, 16, TA, LA> &a,
                      const fragment<matrix_b, 16, 16, 16, TB, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
-    __syncthreads();
+    mha_emu::barrier(mha_emu::kWarpSync, "wmma::mma_sync", 0);
     float t[256];
     for (int m = 0; m < 16; m++)
         for (int n = 0; n < 16; n++) {
