@@ -2,7 +2,8 @@
 """PyTorch side of the attention benchmark (run by scripts/gpu-check on a GPU machine).
 
   bench-attention-gpu.py [--tokens 32768] [--hs 64] [--nh 8] [--T 128,512,2048,8192]
-                         [--causal 0|1] [--dtypes fp32,bf16] [--budget-ms 400]
+                         [--causal 0|1] [--dtypes fp32,bf16] [--input padded,unpadded]
+                         [--budget-ms 400]
   bench-attention-gpu.py --check FILE      # float64 check of cases dumped by bench_attention
 
 Benchmark: torch.nn.functional.scaled_dot_product_attention on (B, NH, T, HS) tensors with a
@@ -11,8 +12,11 @@ tests/cuda/bench_attention.cu: B = tokens // T, lengths[b] = T//2 + floor(u_b * 
 u_b = mha_rng_uniform(7, b) (kernels/rng.h, reimplemented below). FLOPs count real tokens
 only (forward 4 L^2 HS per example and head, L(L+1)/2 instead of L^2 when causal; backward
 2.5x forward). PyTorch does the work of the padded rows and columns too: the mask is how SDPA
-takes lengths. Prints lines
-  RESULT impl=torch-sdpa dtype=fp32 T=.. B=.. ... fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. ...
+takes lengths; `picked` names the backend SDPA chose for it (issue 4's target is that one).
+--input unpadded: every length T and no mask, FLASH forced in bf16 (the kernel PyTorch has for
+unpadded input; it has none in fp32, where SDPA's own pick runs). Prints lines
+  RESULT impl=torch-sdpa dtype=fp32 input=padded picked=EFFICIENT_ATTENTION T=.. B=.. ...
+         fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
 
 Check: reads the cases bench_attention --dump wrote (our fused and materialising outputs on the
 GPU, fp32) and compares them with a float64 PyTorch reference written from the contract in
@@ -80,52 +84,94 @@ def rng_uniform_torch(torch, seed, n):
 
 # ---------------------------------------------------------------- benchmark
 
+SDP_NAMES = {-1: "ERROR", 0: "MATH", 1: "FLASH_ATTENTION", 2: "EFFICIENT_ATTENTION",
+             3: "CUDNN_ATTENTION", 4: "OVERRIDEABLE"}   # ATen's sdp::SDPBackend values
+
+
+def sdp_picked(torch, q, k, v, mask, causal):
+    """The SDPA backend PyTorch picks for these inputs (torch._fused_sdp_choice, private but
+    present since 2.0), or "unknown"."""
+    try:
+        return SDP_NAMES.get(int(torch._fused_sdp_choice(q, k, v, mask, 0.0, causal)), "unknown")
+    except Exception:   # noqa: BLE001 - any failure only loses the label
+        return "unknown"
+
+
+def sdp_only(torch, name):
+    """A context manager that lets SDPA use backend `name` only (torch >= 2.3: sdpa_kernel;
+    2.0-2.2: torch.backends.cuda.sdp_kernel)."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel([getattr(SDPBackend, name)])
+    except ImportError:
+        flags = {"FLASH_ATTENTION": "enable_flash", "EFFICIENT_ATTENTION": "enable_mem_efficient",
+                 "MATH": "enable_math"}
+        kw = {f: f == flags[name] for f in flags.values()}
+        return torch.backends.cuda.sdp_kernel(**kw)
+
+
 def bench(args, torch):
+    """Per T, input kind and dtype one RESULT line. padded: lengths U[T/2, T] as a boolean key
+    mask, the backend SDPA picks for it (the issue's target); unpadded: every length T, no mask,
+    FLASH forced in bf16 (it has no fp32 kernel: fp32 takes SDPA's pick), TFLOP/s on all T."""
     F = torch.nn.functional
     dev = torch.device("cuda")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
     for T in [int(t) for t in args.T.split(",") if t]:
         B = max(1, args.tokens // T)
-        lens = make_lengths(B, T)
-        fl = flops_fwd(lens, args.nh, args.hs, args.causal)
-        real = int(sum(lens))
-        for name in [d for d in args.dtypes.split(",") if d]:
-            dt = dtypes[name]
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            g = torch.Generator(device=dev).manual_seed(1)
-            q, k, v = (torch.empty(B, args.nh, T, args.hs, device=dev, dtype=dt).uniform_(-1.5, 1.5, generator=g)
-                       for _ in range(3))
-            dout = torch.empty_like(q).uniform_(-1, 1, generator=g)
-            lt = torch.tensor(lens, device=dev)
-            keep = torch.arange(T, device=dev)[None, :] < lt[:, None]          # (B, T) valid keys
-            mask = keep[:, None, None, :]                                      # (B, 1, 1, T)
-            if args.causal:
-                mask = mask & torch.ones(T, T, device=dev, dtype=torch.bool).tril()[None, None]
-            qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+        for kind in [x for x in args.input.split(",") if x]:
+            unpadded = kind == "unpadded"
+            lens = [T] * B if unpadded else make_lengths(B, T)
+            fl = flops_fwd(lens, args.nh, args.hs, args.causal)
+            real = int(sum(lens))
+            for name in [d for d in args.dtypes.split(",") if d]:
+                bench_one(args, torch, F, dev, dtypes[name], name, kind, T, B, lens, fl, real)
 
-            def fwd():
-                with torch.no_grad():
-                    F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
-            def fwdbwd():
-                o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask)
-                o.backward(dout)
+def bench_one(args, torch, F, dev, dt, name, kind, T, B, lens, fl, real):
+    import contextlib
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    g = torch.Generator(device=dev).manual_seed(1)
+    q, k, v = (torch.empty(B, args.nh, T, args.hs, device=dev, dtype=dt).uniform_(-1.5, 1.5, generator=g)
+               for _ in range(3))
+    dout = torch.empty_like(q).uniform_(-1, 1, generator=g)
+    causal = bool(args.causal)
+    mask = None
+    if kind == "padded":
+        lt = torch.tensor(lens, device=dev)
+        keep = torch.arange(T, device=dev)[None, :] < lt[:, None]          # (B, T) valid keys
+        mask = keep[:, None, None, :]                                      # (B, 1, 1, T)
+        if causal:
+            mask = mask & torch.ones(T, T, device=dev, dtype=torch.bool).tril()[None, None]
+        causal = False                                                     # folded into the mask
+    qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+    ctx, picked = contextlib.nullcontext, sdp_picked(torch, qg, kg, vg, mask, causal)
+    if kind == "unpadded" and name == "bf16":
+        ctx, picked = (lambda: sdp_only(torch, "FLASH_ATTENTION")), "FLASH_ATTENTION(forced)"
 
-            try:
-                f_ms = time_ms(torch, fwd, args.budget_ms)
-                fb_ms = time_ms(torch, fwdbwd, args.budget_ms)
-            except RuntimeError as e:   # e.g. out of memory
-                print(f"NOTE torch-sdpa {name} T={T}: {str(e).splitlines()[0]}", flush=True)
-                continue
-            peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-            print(f"RESULT impl=torch-sdpa dtype={name} T={T} B={B} NH={args.nh} HS={args.hs} "
-                  f"causal={args.causal} real_tokens={real} fwd_ms={f_ms:.4f} "
-                  f"fwd_tflops={fl / (f_ms * 1e9):.2f} fwdbwd_ms={fb_ms:.4f} "
-                  f"fwdbwd_tflops={3.5 * fl / (fb_ms * 1e9):.2f} peak_mib={peak:.1f}", flush=True)
-            del q, k, v, dout, qg, kg, vg, mask
+    def fwd():
+        with torch.no_grad(), ctx():
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+    def fwdbwd():
+        with ctx():
+            o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, is_causal=causal)
+        o.backward(dout)
+
+    try:
+        f_ms = time_ms(torch, fwd, args.budget_ms)
+        fb_ms = time_ms(torch, fwdbwd, args.budget_ms)
+    except RuntimeError as e:   # e.g. out of memory, or no kernel for the forced backend
+        print(f"NOTE torch-sdpa {name} {kind} T={T}: {str(e).splitlines()[0]}", flush=True)
+        return
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    print(f"RESULT impl=torch-sdpa dtype={name} input={kind} picked={picked} T={T} B={B} "
+          f"NH={args.nh} HS={args.hs} causal={args.causal} real_tokens={real} fwd_ms={f_ms:.4f} "
+          f"fwd_tflops={fl / (f_ms * 1e9):.2f} fwdbwd_ms={fb_ms:.4f} "
+          f"fwdbwd_tflops={3.5 * fl / (fb_ms * 1e9):.2f} peak_mib={peak:.1f}", flush=True)
 
 
 def time_ms(torch, fn, budget_ms):
@@ -245,6 +291,7 @@ def main():
     ap.add_argument("--T", default="128,512,2048,8192")
     ap.add_argument("--causal", type=int, default=0)
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--input", default="padded,unpadded")
     ap.add_argument("--budget-ms", type=float, default=400)
     ap.add_argument("--check", metavar="FILE")
     args = ap.parse_args()
@@ -255,6 +302,11 @@ def main():
         return 1 if args.check else 0
     if args.check:
         return check(args.check, torch)
+    bad = [x for x in args.input.split(",") if x not in ("padded", "unpadded", "")]
+    if bad:
+        print(f"bench-attention-gpu.py: --input {bad[0]!r}: expected padded and/or unpadded",
+              file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("SKIP: torch sees no CUDA device")
         return 0

@@ -3,7 +3,8 @@
  * to check against a float64 reference.
  *
  *   bench_attention [--tokens 32768] [--hs 64] [--nh 8] [--T 128,512,2048,8192] [--causal 0|1]
- *                   [--dtype fp32,bf16] [--no-math] [--dump FILE] [--budget-ms 400]
+ *                   [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] [--dump FILE]
+ *                   [--budget-ms 400]
  *
  * --dtype (default fp32): fp32 runs the fp32 fused kernel (and the materialising path);
  * bf16 runs the mixed-precision fused kernel (train.precision = "bf16": bf16 WMMA products,
@@ -13,9 +14,11 @@
  * u = mha_rng_uniform(7, b) (the Python side computes the same lengths). FLOPs count real
  * tokens only: forward 4 * L^2 * HS per (example, head) (L(L+1)/2 instead of L^2 when causal),
  * backward 2.5x forward (FlashAttention's convention), so fwd+bwd = 3.5x forward.
- * Prints one line per (impl, T):
- *   RESULT impl=mha-fused dtype=fp32|bf16 T=.. B=.. NH=.. HS=.. causal=.. real_tokens=..
- *          fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
+ * --input (default padded): unpadded also (or only) times every length = T, the case PyTorch's
+ * FLASH kernel handles (the materialising path runs on padded input only).
+ * Prints one line per (impl, dtype, input, T):
+ *   RESULT impl=mha-fused dtype=fp32|bf16 input=padded|unpadded T=.. B=.. NH=.. HS=.. causal=..
+ *          real_tokens=.. fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
  * Exits 77 when no CUDA device is visible.
  */
 #include <cuda_runtime.h>
@@ -165,20 +168,101 @@ static int write_dump(const char *path) {
 
 /* ---- benchmark ---- */
 
-static void report(const char *impl, const char *dtype, int T, int B, int NH, int HS, int causal, long long real,
-                   double flops_fwd, double fwd_ms, double fb_ms, double peak_mib) {
-    printf("RESULT impl=%s dtype=%s T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
+static void report(const char *impl, const char *dtype, const char *input, int T, int B, int NH,
+                   int HS, int causal, long long real, double flops_fwd, double fwd_ms, double fb_ms,
+                   double peak_mib) {
+    printf("RESULT impl=%s dtype=%s input=%s T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
            "fwd_ms=%.4f fwd_tflops=%.2f fwdbwd_ms=%.4f fwdbwd_tflops=%.2f peak_mib=%.1f\n",
-           impl, dtype, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
+           impl, dtype, input, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
            3.5 * flops_fwd / (fb_ms * 1e9), peak_mib);
     fflush(stdout);
+}
+
+static std::vector<std::string> split_commas(const std::string &s) {
+    std::vector<std::string> out;
+    for (size_t p = 0; p < s.size();) {
+        size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        if (q > p) out.push_back(s.substr(p, q - p));
+        p = q + 1;
+    }
+    return out;
+}
+
+struct Shape { int B, T, NH, HS, causal; };
+
+/* Times the fused kernel in every dtype (and the materialising path in fp32 on padded input)
+ * for one T and one kind of input, printing a RESULT line each. */
+static void bench_case(const Shape &s, bool unpadded, const std::vector<std::string> &dlist,
+                       bool do_math, double budget) {
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, causal = s.causal, C = NH * HS;
+    const char *input = unpadded ? "unpadded" : "padded";
+    std::vector<int32_t> len = unpadded ? std::vector<int32_t>(B, T) : make_lengths(B, T);
+    long long real = 0;
+    double flops = 0;
+    for (int b = 0; b < B; b++) {
+        double L = len[b];
+        real += len[b];
+        flops += 4.0 * HS * NH * (causal ? L * (L + 1) / 2 : L * L);
+    }
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    mha_cuda_reset_peak();
+    size_t base = mha_cuda_bytes_in_use();
+    int32_t *dlen = (int32_t *)dalloc(B * sizeof(int32_t));
+    be->to_device(dlen, len.data(), B * sizeof(int32_t));
+    float *qkv = (float *)dalloc(nqkv * 4), *dout = (float *)dalloc(nout * 4);   /* (B, T, 3C), (B, T, C) */
+    float *out = (float *)dalloc(nout * 4), *lse = (float *)dalloc(nlse * 4);    /* (B, T, C), (B, NH, T) */
+    float *dqkv = (float *)dalloc(nqkv * 4);
+    fill(qkv, nqkv, 1, -1.5f, 1.5f);
+    fill(dout, nout, 2, -1.0f, 1.0f);
+    be->zero(dqkv, nqkv * 4);
+    for (const std::string &d : dlist) {
+        const Backend *fb = d == "bf16" ? be16 : be;
+        mha_cuda_reset_peak();
+        double f_ms = time_ms([&] {
+            fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+        }, budget);
+        double fb_ms = time_ms([&] {
+            fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            fb->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
+        }, budget);
+        report("mha-fused", d.c_str(), input, T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
+               (mha_cuda_peak_bytes() - base) / 1048576.0);
+    }
+
+    const bool fp32_listed = std::find(dlist.begin(), dlist.end(), "fp32") != dlist.end();
+    if (do_math && fp32_listed && !unpadded) {
+        const size_t natt = (size_t)B * NH * T * T;
+        size_t free_b = 0, total_b = 0;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        if (2.2 * natt * 4 > (double)free_b) {
+            printf("NOTE math path skipped at T=%d: needs %.1f GiB\n", T, 2.0 * natt * 4 / 1073741824.0);
+        } else {
+            mha_cuda_reset_peak();
+            float *att = (float *)dalloc(natt * 4), *datt = (float *)dalloc(natt * 4);   /* (B, NH, T, T) */
+            double mf = time_ms([&] {
+                be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            }, budget);
+            double mfb = time_ms([&] {
+                be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+                be->attention_backward_math(dqkv, datt, dout, qkv, att, dlen, B, T, C, NH, causal,
+                                            0.0f, 0);
+            }, budget);
+            report("mha-math", "fp32", input, T, B, NH, HS, causal, real, flops, mf, mfb,
+                   (mha_cuda_peak_bytes() - base) / 1048576.0);
+            be->free(att);
+            be->free(datt);
+        }
+    }
+    void *all[] = {dlen, qkv, dout, out, lse, dqkv};
+    for (void *x : all) be->free(x);
 }
 
 int main(int argc, char **argv) {
     long long tokens = 32768;
     int HS = 64, NH = 8, causal = 0, do_math = 1;
     double budget = 400;
-    std::string Ts = "128,512,2048,8192", dtypes = "fp32";
+    std::string Ts = "128,512,2048,8192", dtypes = "fp32", inputs = "padded";
     const char *dump = nullptr;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -195,33 +279,33 @@ int main(int argc, char **argv) {
         else if (a == "--T") Ts = next();
         else if (a == "--causal") causal = atoi(next());
         else if (a == "--dtype") dtypes = next();
+        else if (a == "--input") inputs = next();
         else if (a == "--no-math") do_math = 0;
         else if (a == "--dump") dump = next();
         else if (a == "--budget-ms") budget = atof(next());
         else {
             fprintf(stderr, "usage: bench_attention [--tokens N] [--hs HS] [--nh NH] [--T 128,512] "
-                            "[--causal 0|1] [--dtype fp32,bf16] [--no-math] [--dump FILE] "
-                            "[--budget-ms MS]\n");
+                            "[--causal 0|1] [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] "
+                            "[--dump FILE] [--budget-ms MS]\n");
             return 2;
         }
     }
+    std::vector<std::string> dlist = split_commas(dtypes), ilist = split_commas(inputs);
+    for (const std::string &d : dlist)
+        if (d != "fp32" && d != "bf16") {
+            fprintf(stderr, "bench_attention: --dtype %s: expected fp32 and/or bf16\n", d.c_str());
+            return 2;
+        }
+    for (const std::string &k : ilist)
+        if (k != "padded" && k != "unpadded") {
+            fprintf(stderr, "bench_attention: --input %s: expected padded and/or unpadded\n", k.c_str());
+            return 2;
+        }
     char why[256];
     be = mha_cuda_backend(0, 0, why, sizeof why);
     if (!be) {
         printf("SKIP: %s\n", why);
         return 77;
-    }
-    std::vector<std::string> dlist;
-    for (size_t p = 0; p < dtypes.size();) {
-        size_t q = dtypes.find(',', p);
-        if (q == std::string::npos) q = dtypes.size();
-        std::string d = dtypes.substr(p, q - p);
-        if (d != "fp32" && d != "bf16") {
-            fprintf(stderr, "bench_attention: --dtype %s: expected fp32 and/or bf16\n", d.c_str());
-            return 2;
-        }
-        dlist.push_back(d);
-        p = q + 1;
     }
     for (const std::string &d : dlist)
         if (d == "bf16" && !(be16 = mha_cuda_backend(0, 1, why, sizeof why))) {
@@ -233,77 +317,13 @@ int main(int argc, char **argv) {
     printf("device: %s\n", desc);
     if (dump && write_dump(dump)) return 1;
 
-    const int C = NH * HS;
-    std::vector<int> Tlist;
-    for (size_t p = 0; p < Ts.size();) {
-        size_t q = Ts.find(',', p);
-        if (q == std::string::npos) q = Ts.size();
-        Tlist.push_back(atoi(Ts.substr(p, q - p).c_str()));
-        p = q + 1;
-    }
-    for (int T : Tlist) {
+    for (const std::string &t : split_commas(Ts)) {
+        int T = atoi(t.c_str());
         if (T <= 0) continue;
         int B = (int)(tokens / T);
         if (B < 1) B = 1;
-        std::vector<int32_t> len = make_lengths(B, T);
-        long long real = 0;
-        double flops = 0;
-        for (int b = 0; b < B; b++) {
-            double L = len[b];
-            real += len[b];
-            flops += 4.0 * HS * NH * (causal ? L * (L + 1) / 2 : L * L);
-        }
-        const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
-        mha_cuda_reset_peak();
-        size_t base = mha_cuda_bytes_in_use();
-        int32_t *dlen = (int32_t *)dalloc(B * sizeof(int32_t));
-        be->to_device(dlen, len.data(), B * sizeof(int32_t));
-        float *qkv = (float *)dalloc(nqkv * 4), *dout = (float *)dalloc(nout * 4);
-        float *out = (float *)dalloc(nout * 4), *lse = (float *)dalloc(nlse * 4);
-        float *dqkv = (float *)dalloc(nqkv * 4);
-        fill(qkv, nqkv, 1, -1.5f, 1.5f);
-        fill(dout, nout, 2, -1.0f, 1.0f);
-        be->zero(dqkv, nqkv * 4);
-        for (const std::string &d : dlist) {
-            const Backend *fb = d == "bf16" ? be16 : be;
-            mha_cuda_reset_peak();
-            double f_ms = time_ms([&] {
-                fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-            }, budget);
-            double fb_ms = time_ms([&] {
-                fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-                fb->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
-            }, budget);
-            report("mha-fused", d.c_str(), T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
-                   (mha_cuda_peak_bytes() - base) / 1048576.0);
-        }
-
-        const bool fp32_listed = std::find(dlist.begin(), dlist.end(), "fp32") != dlist.end();
-        if (do_math && fp32_listed) {
-            const size_t natt = (size_t)B * NH * T * T;
-            size_t free_b = 0, total_b = 0;
-            CK(cudaMemGetInfo(&free_b, &total_b));
-            if (2.2 * natt * 4 > (double)free_b) {
-                printf("NOTE math path skipped at T=%d: needs %.1f GiB\n", T, 2.0 * natt * 4 / 1073741824.0);
-            } else {
-                mha_cuda_reset_peak();
-                float *att = (float *)dalloc(natt * 4), *datt = (float *)dalloc(natt * 4);
-                double mf = time_ms([&] {
-                    be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-                }, budget);
-                double mfb = time_ms([&] {
-                    be->attention_forward_math(out, att, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-                    be->attention_backward_math(dqkv, datt, dout, qkv, att, dlen, B, T, C, NH, causal,
-                                                0.0f, 0);
-                }, budget);
-                report("mha-math", "fp32", T, B, NH, HS, causal, real, flops, mf, mfb,
-                       (mha_cuda_peak_bytes() - base) / 1048576.0);
-                be->free(att);
-                be->free(datt);
-            }
-        }
-        void *all[] = {dlen, qkv, dout, out, lse, dqkv};
-        for (void *x : all) be->free(x);
+        for (const std::string &k : ilist)
+            bench_case(Shape{B, T, NH, HS, causal}, k == "unpadded", dlist, do_math, budget);
     }
     return 0;
 }
