@@ -12,7 +12,11 @@
  * Conventions (llm.c style):
  *  - outputs first, inputs after; a `d` prefix marks a gradient.
  *  - every backward op ACCUMULATES (+=) into all of its gradient outputs,
- *    parameter and activation gradients alike; the caller zeroes them.
+ *    parameter and activation gradients alike; the caller zeroes them. Two
+ *    exceptions overwrite an activation gradient, which saves the caller a
+ *    zeroing pass over it: act_backward always, and linear_backward's dinp
+ *    when its caller asks (dinp_accumulate = 0). Overwritten outputs are
+ *    never read first, so they may hold anything (NaN included) before.
  *  - weights are stored as PyTorch's nn.Linear does: w (OC, IC), row-major.
  *  - rows t >= lengths[b] are padding. Ops that take `lengths` do no work for
  *    padded positions and write zeros there (attention output, pooling grads).
@@ -45,10 +49,12 @@ typedef struct Backend {
      * out (N, OC) = inp (N, IC) @ w^T + bias;  w (OC, IC), bias (OC) or NULL. out overwritten. */
     void (*linear_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
-    /* dinp (N, IC) += dout @ w;  dw (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout.
+    /* dinp (N, IC) += dout @ w (dinp_accumulate = 1) or = dout @ w (0: overwritten);
+     * dw (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout.
      * dinp or dbias may be NULL (not needed). */
     void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC);
+                            const float *inp, const float *w, int N, int IC, int OC,
+                            int dinp_accumulate);
 
     /* ---- embeddings ----
      * out (B, T, C) = tok[ids[b,t]] + pos[t];  tok (V, C), pos (maxT, C) with maxT >= T. */
@@ -69,6 +75,7 @@ typedef struct Backend {
 
     /* ---- elementwise ---- */
     void (*act_forward)(float *out, const float *inp, size_t n, int act);
+    /* dinp (n) = dout * act'(inp): overwritten, and may be dout itself (in place) */
     void (*act_backward)(float *dinp, const float *dout, const float *inp, size_t n, int act);
     void (*add)(float *out, const float *a, const float *b, size_t n);      /* out = a + b */
     void (*accumulate)(float *dst, const float *src, size_t n);             /* dst += src */

@@ -37,8 +37,8 @@ static void p_linear_forward(float *o, const float *i, const float *w, const flo
     TIMED(PROF_GEMM, 2.0 * N * IC * OC, inner->linear_forward(o, i, w, b, N, IC, OC));
 }
 static void p_linear_backward(float *di, float *dw, float *db, const float *d, const float *i, const float *w,
-                              int N, int IC, int OC) {
-    TIMED(PROF_GEMM, (di ? 4.0 : 2.0) * N * IC * OC, inner->linear_backward(di, dw, db, d, i, w, N, IC, OC));
+                              int N, int IC, int OC, int acc) {
+    TIMED(PROF_GEMM, (di ? 4.0 : 2.0) * N * IC * OC, inner->linear_backward(di, dw, db, d, i, w, N, IC, OC, acc));
 }
 static void p_embed_forward(float *o, const int32_t *ids, const float *t, const float *p, int B, int T, int C) {
     TIMED(PROF_EMBED_POOL_LOSS, 0, inner->embed_forward(o, ids, t, p, B, T, C));

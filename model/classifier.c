@@ -86,8 +86,7 @@ static void alloc_backward(Model *m, Allocator *A) {
     m->dy = alloc_or_flag(A, N * C * fl);
     m->dz = alloc_or_flag(A, N * C * fl);
     m->dqkv = alloc_or_flag(A, 3 * N * C * fl);
-    m->dff1 = alloc_or_flag(A, N * F * fl);
-    m->dff2 = alloc_or_flag(A, N * F * fl);
+    m->dff = alloc_or_flag(A, N * F * fl);
     if (!d->fused_attention) m->datt = alloc_or_flag(A, att_elems * fl);
     m->dpooled = alloc_or_flag(A, Bmax * C * fl);
     m->dlogits = alloc_or_flag(A, Bmax * K * fl);
@@ -166,7 +165,7 @@ void model_destroy(Model *m) {
     if (m->replica_of) m->params = m->pos_table = NULL;   /* the model's, not this replica's */
     void *ptrs[] = {m->params, m->grads, m->pos_table, m->ids, m->lengths, m->labels, m->emb,
                     m->lnf, m->lnf_mean, m->lnf_rstd, m->pooled, m->argmax, m->logits, m->probs,
-                    m->losses, m->dx, m->dy, m->dz, m->dqkv, m->dff1, m->dff2, m->datt,
+                    m->losses, m->dx, m->dy, m->dz, m->dqkv, m->dff, m->datt,
                     m->dpooled, m->dlogits};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
         if (ptrs[i]) be->free(ptrs[i]);
@@ -335,9 +334,8 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
     be->zero(m->dlogits, (size_t)B * K * fl);
     be->crossentropy(m->losses, m->probs, m->dlogits, m->logits, m->labels, B, K,
                      d->label_smoothing, loss_scale);
-    be->zero(m->dpooled, (size_t)B * C * fl);
     be->linear_backward(m->dpooled, G + L->head_w, G + L->head_b, m->dlogits, m->pooled,
-                        W + L->head_w, B, C, K);
+                        W + L->head_w, B, C, K, 0);
     float *dcur = m->dx, *dy = m->dy, *dz = m->dz;
     be->zero(dcur, NC * fl);
     be->pool_backward(dcur, m->dpooled, m->argmax, m->lengths, B, T, C, d->pool);
@@ -358,43 +356,37 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res2 = ln1 + drop(fc2): dz = d fc2 */
             dropout_grad(be, dz, dy, NC, p, site_seed(dropout_seed, l, 3));
-            be->zero(m->dff2, (size_t)N * F * fl);
-            be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
-            be->zero(m->dff1, (size_t)N * F * fl);
-            be->act_backward(m->dff1, m->dff2, a->fc1, (size_t)N * F, d->act);
+            /* dff = d fch, then d fc1 in place */
+            be->linear_backward(m->dff, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C, 0);
+            be->act_backward(m->dff, m->dff, a->fc1, (size_t)N * F, d->act);
             /* dy += fc1 backward: dy = d ln1 */
-            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff1, a->ln1, W + o->fc1_w, N, C, F);
+            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff, a->ln1, W + o->fc1_w, N, C, F, 1);
             be->zero(dcur, NC * fl);
             be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dy, a->res1, W + o->ln1_w,
                                    a->ln1_mean, a->ln1_rstd, N, C);
             /* res1 = x + drop(attproj): dz = d attproj, dy = d atty */
             dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
-            be->zero(dy, NC * fl);
-            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
+            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C, 0);
             be->zero(m->dqkv, 3 * NC * fl);
             attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
             /* dcur (= d res1, the residual path) += qkv backward: d x */
-            be->linear_backward(dcur, G + o->qkv_w, G + o->qkv_b, m->dqkv, x, W + o->qkv_w, N, C, 3 * C);
+            be->linear_backward(dcur, G + o->qkv_w, G + o->qkv_b, m->dqkv, x, W + o->qkv_w, N, C, 3 * C, 1);
         } else {
             /* dcur = d res2; res2 = res1 + drop(fc2) */
             dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 3));
-            be->zero(m->dff2, (size_t)N * F * fl);
-            be->linear_backward(m->dff2, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C);
-            be->zero(m->dff1, (size_t)N * F * fl);
-            be->act_backward(m->dff1, m->dff2, a->fc1, (size_t)N * F, d->act);
-            be->zero(dy, NC * fl);
-            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff1, a->ln2, W + o->fc1_w, N, C, F);
+            /* dff = d fch, then d fc1 in place */
+            be->linear_backward(m->dff, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C, 0);
+            be->act_backward(m->dff, m->dff, a->fc1, (size_t)N * F, d->act);
+            be->linear_backward(dy, G + o->fc1_w, G + o->fc1_b, m->dff, a->ln2, W + o->fc1_w, N, C, F, 0);
             /* dcur += LN2 backward: d res1 */
             be->layernorm_backward(dcur, G + o->ln2_w, G + o->ln2_b, dy, a->res1, W + o->ln2_w,
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res1 = x + drop(attproj) */
             dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
-            be->zero(dy, NC * fl);
-            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C);
+            be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C, 0);
             be->zero(m->dqkv, 3 * NC * fl);
             attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
-            be->zero(dz, NC * fl);
-            be->linear_backward(dz, G + o->qkv_w, G + o->qkv_b, m->dqkv, a->ln1, W + o->qkv_w, N, C, 3 * C);
+            be->linear_backward(dz, G + o->qkv_w, G + o->qkv_b, m->dqkv, a->ln1, W + o->qkv_w, N, C, 3 * C, 0);
             /* dcur += LN1 backward: d x */
             be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dz, x, W + o->ln1_w,
                                    a->ln1_mean, a->ln1_rstd, N, C);

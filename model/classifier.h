@@ -47,7 +47,7 @@ typedef struct Model {
     /* gradient scratch */
     float *dx, *dy, *dz;    /* (N, C) each */
     float *dqkv;            /* (N, 3C) */
-    float *dff1, *dff2;     /* (N, F) each */
+    float *dff;             /* (N, F): d fch, then d fc1 in place */
     float *datt;            /* (B, NH, T, T) math path scratch */
     float *dpooled, *dlogits; /* (B, C), (B, K) */
     /* host copies of the last forward's outputs */

@@ -12,7 +12,8 @@ void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const RE
  * when residual is not NULL; the same values as act_forward and the backend's add. */
 void FN(linear_post)(REAL *out, const REAL *residual, size_t n, int act);
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
-                         const REAL *inp, const REAL *w, int N, int IC, int OC);
+                         const REAL *inp, const REAL *w, int N, int IC, int OC,
+                         int dinp_accumulate);
 /* dst (C) += column sums of src (N, C), summed in double in row order. */
 void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C);
 void FN(embed_forward)(REAL *out, const int32_t *ids, const REAL *tok, const REAL *pos,

@@ -11,7 +11,8 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
 void mha_linear_forward_post_bf16(float *out, const float *inp, const float *w, const float *bias,
                                   int N, int IC, int OC, int act, const float *residual);
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                              const float *inp, const float *w, int N, int IC, int OC);
+                              const float *inp, const float *w, int N, int IC, int OC,
+                              int dinp_accumulate);
 
 void mha_attention_forward_math_bf16(float *out, float *att, const float *qkv, const int32_t *lengths,
                                      int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed);

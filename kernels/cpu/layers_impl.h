@@ -124,8 +124,13 @@ void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b
 }
 
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
-                         const REAL *inp, const REAL *w, int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC <= 0) return;
+                         const REAL *inp, const REAL *w, int N, int IC, int OC,
+                         int dinp_accumulate) {
+    if (N <= 0 || IC <= 0) return;
+    if (OC <= 0) {   /* empty product: an overwritten dinp is zeros */
+        if (dinp && !dinp_accumulate) memset(dinp, 0, (size_t)N * IC * sizeof(REAL));
+        return;
+    }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* dinp: blocks of its N rows; dw: blocks of its OC rows (no reduction across blocks) */
@@ -135,11 +140,11 @@ void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
     for (int task = 0; task < nbx + nbw; task++) {
         int lo, hi;
         if (task < nbx) {
-            /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
+            /* dinp (N, IC) (+)= dout (N, OC) @ w (OC, IC); beta 0: dinp is not read */
             mha_split_rows(N, task, nbx, 8, &lo, &hi);
             if (hi > lo)
                 GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1, dout + (size_t)lo * OC, OC,
-                     w, IC, 1, dinp + (size_t)lo * IC, IC);
+                     w, IC, dinp_accumulate ? 1 : 0, dinp + (size_t)lo * IC, IC);
         } else {
             /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
             mha_split_rows(OC, task - nbx, nbw, 4, &lo, &hi);
@@ -326,7 +331,7 @@ static MHA_CLONES void FN(gelu_bwd_range)(REAL *dinp, const REAL *dout, const RE
         REAL x = inp[i];
         REAL cdf = (REAL)0.5 * (1 + R_ERF(x * s));
         REAL pdf = k * R_EXP((REAL)-0.5 * x * x);
-        dinp[i] += dout[i] * (cdf + x * pdf);
+        dinp[i] = dout[i] * (cdf + x * pdf);   /* dinp may be dout: one index at a time */
     }
 }
 
@@ -370,8 +375,8 @@ void FN(act_backward)(REAL *dinp, const REAL *dout, const REAL *inp, size_t n, i
     } else {
 #pragma omp parallel for simd schedule(static) if (n >= MHA_OMP_MIN)
         for (size_t i = 0; i < n; i++) {
-            REAL g = dout[i];
-            dinp[i] += inp[i] > 0 ? g : 0;
+            REAL g = dout[i];   /* loaded unconditionally: the loop vectorises (a select) */
+            dinp[i] = inp[i] > 0 ? g : 0;
         }
     }
 }

@@ -74,8 +74,13 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
 }
 
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                              const float *inp, const float *w, int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC <= 0) return;
+                              const float *inp, const float *w, int N, int IC, int OC,
+                              int dinp_accumulate) {
+    if (N <= 0 || IC <= 0) return;
+    if (OC <= 0) {   /* empty product: an overwritten dinp is zeros */
+        if (dinp && !dinp_accumulate) memset(dinp, 0, (size_t)N * IC * sizeof(float));
+        return;
+    }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* dinp: B (OC, IC) = w as stored;  dw: B (N, IC) = inp as stored */
@@ -97,11 +102,11 @@ void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float 
     for (int task = 0; task < nbx + nbw; task++) {
         int lo, hi;
         if (task < nbx) {
-            /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
+            /* dinp (N, IC) (+)= dout (N, OC) @ w (OC, IC) */
             mha_split_rows(N, task, nbx, MHA_BF16_MR, &lo, &hi);
             if (hi > lo)
                 mha_bf16_gemm(hi - lo, IC, OC, dout + (size_t)lo * OC, OC, 0, wp, dinp + (size_t)lo * IC, IC,
-                              1, NULL, NULL, thread_scratch(hi - lo));
+                              dinp_accumulate, NULL, NULL, thread_scratch(hi - lo));
         } else {
             /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); dbias (OC) += the row sums of
              * dout^T, taken while packing it */

@@ -118,7 +118,8 @@ static inline unsigned int mha_cu_blocks(size_t n, unsigned int threads, unsigne
 void mha_cu_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
 void mha_cu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC);
+                            const float *inp, const float *w, int N, int IC, int OC,
+                            int dinp_accumulate);
 /* out (N, OC) += bias (OC) broadcast over rows. */
 void mha_cu_add_bias(float *out, const float *bias, int N, int OC);
 /* dst[c] += sum over rows n < N of src[n*ld + c], c < C; deterministic order. */
@@ -164,7 +165,8 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
 void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
                                 int N, int IC, int OC);
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                                 const float *inp, const float *w, int N, int IC, int OC);
+                                 const float *inp, const float *w, int N, int IC, int OC,
+                                 int dinp_accumulate);
 /* attention_flash_bf16.cu: the fused attention with bf16 tensor-core products (WMMA), fp32
  * softmax statistics and accumulation; same contract as attention_flash.cu */
 void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,

@@ -32,9 +32,9 @@ __global__ void act_forward_kernel(float *out, const float *inp, size_t n, int a
 __global__ void act_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n,
                                     int act) {
     if (act == MHA_ACT_GELU) {
-        GRID_STRIDE(i, n) dinp[i] += dout[i] * gelu_grad(inp[i]);
+        GRID_STRIDE(i, n) dinp[i] = dout[i] * gelu_grad(inp[i]);   /* dinp may be dout */
     } else {
-        GRID_STRIDE(i, n) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+        GRID_STRIDE(i, n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
     }
 }
 

@@ -58,13 +58,19 @@ void mha_cu_column_sums(float *dst, const float *src, int N, int C, int ld) {
 }
 
 void mha_cu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC < 0) return;
-    const float one = 1.0f;
+                            const float *inp, const float *w, int N, int IC, int OC,
+                            int dinp_accumulate) {
+    if (N <= 0 || IC < 0) return;
+    if (OC <= 0) {   /* empty product: an overwritten dinp is zeros */
+        if (dinp && !dinp_accumulate && IC > 0)
+            CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(float), 0));
+        return;
+    }
+    const float one = 1.0f, beta_dinp = dinp_accumulate ? 1.0f : 0.0f;   /* beta 0: dinp not read */
     if (IC > 0) {
         if (dinp)
             CUBLAS_CHECK(cublasSgemm(mha_cu_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, w,
-                                     IC, dout, OC, &one, dinp, IC));
+                                     IC, dout, OC, &beta_dinp, dinp, IC));
         if (dw)
             CUBLAS_CHECK(cublasSgemm(mha_cu_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one,
                                      inp, IC, dout, OC, &one, dw, IC));

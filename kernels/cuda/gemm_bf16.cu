@@ -51,13 +51,20 @@ void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, co
 }
 
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                                 const float *inp, const float *w, int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC < 0) return;
+                                 const float *inp, const float *w, int N, int IC, int OC,
+                                 int dinp_accumulate) {
+    if (N <= 0 || IC < 0) return;
+    if (OC <= 0) {   /* empty product: an overwritten dinp is zeros */
+        if (dinp && !dinp_accumulate && IC > 0)
+            CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(float), 0));
+        return;
+    }
     if (IC > 0 && (dinp || dw)) {
         const __nv_bfloat16 *d16 = to_bf16(MHA_SCRATCH_H0, dout, (size_t)N * OC);   /* (N, OC) */
         if (dinp) {
             const __nv_bfloat16 *w16 = to_bf16(MHA_SCRATCH_H1, w, (size_t)OC * IC);  /* (OC, IC) */
-            gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w16, IC, d16, OC, 1.0f, dinp, IC);
+            gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w16, IC, d16, OC,
+                      dinp_accumulate ? 1.0f : 0.0f, dinp, IC);   /* beta 0: dinp not read */
         }
         if (dw) {
             const __nv_bfloat16 *x16 = to_bf16(MHA_SCRATCH_H2, inp, (size_t)N * IC); /* (N, IC) */

@@ -58,9 +58,9 @@ static void test_linear_bf16(int N, int IC, int OC, int with_bias) {
     Buf *dout = in_rand((size_t)N * OC, -1, 1);
     for (int from_zero = 0; from_zero < 2; from_zero++) {
         Buf *dinp, *dw, *db = NULL;   /* (N, IC), (OC, IC), (OC) */
-        if (from_zero) {
+        if (from_zero) {   /* dinp overwritten (poisoned first), dw and dbias from zero */
             float *z = calloc((size_t)(N > OC ? N : OC) * IC + OC + 1, sizeof(float));
-            dinp = in_f(z, (size_t)N * IC);
+            dinp = out_poison((size_t)N * IC, 4);
             dw = in_f(z, (size_t)OC * IC);
             if (with_bias) db = in_f(z, OC);
             free(z);
@@ -71,10 +71,10 @@ static void test_linear_bf16(int N, int IC, int OC, int with_bias) {
         }
         Buf *dinp_use = with_bias || from_zero ? dinp : NULL;   /* also dinp == NULL */
         cpu->linear_backward(dinp_use ? FC(dinp_use) : NULL, FC(dw), db ? FC(db) : NULL, FC(dout),
-                             FC(inp), FC(w), N, IC, OC);
+                             FC(inp), FC(w), N, IC, OC, !from_zero);
         gpu16->linear_backward(dinp_use ? F(dinp_use) : NULL, F(dw), db ? F(db) : NULL, F(dout),
-                               F(inp), F(w), N, IC, OC);
-        const char *how = from_zero ? "from zero" : "+= prefilled";
+                               F(inp), F(w), N, IC, OC, !from_zero);
+        const char *how = from_zero ? "overwritten / from zero" : "+= prefilled";
         snprintf(n2, sizeof n2, "%s backward dinp %s", name, how);
         cmp_f(n2, dinp, (size_t)N * IC, TOL16);
         snprintf(n2, sizeof n2, "%s backward dw %s", name, how);

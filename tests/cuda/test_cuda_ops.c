@@ -26,26 +26,32 @@ static void test_linear(int N, int IC, int OC, int with_bias) {
     Buf *out = out_poison((size_t)N * OC, 4);
     cpu->linear_forward(FC(out), FC(inp), FC(w), bias ? FC(bias) : NULL, N, IC, OC);
     gpu->linear_forward(F(out), F(inp), F(w), bias ? F(bias) : NULL, N, IC, OC);
-    char n2[160];
+    char n2[200];
     snprintf(n2, sizeof n2, "%s forward out", name);
     cmp_f(n2, out, (size_t)N * OC, TOL);
 
     Buf *dout = in_rand((size_t)N * OC, -1, 1);
-    Buf *dinp = in_rand((size_t)N * IC, -1, 1), *dw = in_rand((size_t)OC * IC, -1, 1);
-    Buf *db = with_bias ? in_rand(OC, -1, 1) : NULL;
-    /* without bias also test dinp == NULL */
-    Buf *dinp_use = with_bias ? dinp : NULL;
-    cpu->linear_backward(dinp_use ? FC(dinp_use) : NULL, FC(dw), db ? FC(db) : NULL, FC(dout),
-                         FC(inp), FC(w), N, IC, OC);
-    gpu->linear_backward(dinp_use ? F(dinp_use) : NULL, F(dw), db ? F(db) : NULL, F(dout), F(inp),
-                         F(w), N, IC, OC);
-    snprintf(n2, sizeof n2, "%s backward dinp", name);
-    cmp_f(n2, dinp, (size_t)N * IC, TOL);
-    snprintf(n2, sizeof n2, "%s backward dw", name);
-    cmp_f(n2, dw, (size_t)OC * IC, TOL);
-    if (db) {
-        snprintf(n2, sizeof n2, "%s backward dbias", name);
-        cmp_f(n2, db, OC, TOL);
+    /* accumulate: dinp += (prefilled); else dinp overwritten (poisoned first) */
+    for (int acc = 1; acc >= 0; acc--) {
+        Buf *dinp = acc ? in_rand((size_t)N * IC, -1, 1) : out_poison((size_t)N * IC, 4);
+        Buf *dw = in_rand((size_t)OC * IC, -1, 1), *db = with_bias ? in_rand(OC, -1, 1) : NULL;
+        /* without bias also test dinp == NULL */
+        Buf *dinp_use = with_bias || !acc ? dinp : NULL;
+        cpu->linear_backward(dinp_use ? FC(dinp_use) : NULL, FC(dw), db ? FC(db) : NULL, FC(dout),
+                             FC(inp), FC(w), N, IC, OC, acc);
+        gpu->linear_backward(dinp_use ? F(dinp_use) : NULL, F(dw), db ? F(db) : NULL, F(dout), F(inp),
+                             F(w), N, IC, OC, acc);
+        const char *how = acc ? "+=" : "overwritten";
+        if (dinp_use) {
+            snprintf(n2, sizeof n2, "%s backward dinp %s", name, how);
+            cmp_f(n2, dinp, (size_t)N * IC, TOL);
+        }
+        snprintf(n2, sizeof n2, "%s backward dw (dinp %s)", name, how);
+        cmp_f(n2, dw, (size_t)OC * IC, TOL);
+        if (db) {
+            snprintf(n2, sizeof n2, "%s backward dbias (dinp %s)", name, how);
+            cmp_f(n2, db, OC, TOL);
+        }
     }
     free_all();
 }
@@ -131,11 +137,16 @@ static void test_elementwise(size_t n) {
         cpu->act_forward(FC(out), FC(inp), n, act);
         gpu->act_forward(F(out), F(inp), n, act);
         cmp_f(name, out, n, TOL);
-        Buf *dout = in_rand(n, -1, 1), *dinp = in_rand(n, -1, 1);
+        Buf *dout = in_rand(n, -1, 1), *dinp = out_poison(n, 4);   /* dinp overwritten */
         cpu->act_backward(FC(dinp), FC(dout), FC(inp), n, act);
         gpu->act_backward(F(dinp), F(dout), F(inp), n, act);
         snprintf(name, sizeof name, "act %s n=%zu backward", act ? "gelu" : "relu", n);
         cmp_f(name, dinp, n, TOL);
+        Buf *io = in_rand(n, -1, 1);   /* in place: dinp = dout */
+        cpu->act_backward(FC(io), FC(io), FC(inp), n, act);
+        gpu->act_backward(F(io), F(io), F(inp), n, act);
+        snprintf(name, sizeof name, "act %s n=%zu backward in place", act ? "gelu" : "relu", n);
+        cmp_f(name, io, n, TOL);
         free_all();
     }
     snprintf(name, sizeof name, "add/accumulate/scale n=%zu", n);

@@ -401,7 +401,7 @@ static void test_linear(int portable, int N, int IC, int OC) {
     }
     mha_linear_forward_f64(out_ref, inp_r, w_r, bias_d, N, IC, OC);
     mha_linear_forward_f64(outnb_ref, inp_r, w_r, NULL, N, IC, OC);
-    mha_linear_backward_f64(dinp_ref, dw_ref, NULL, dout_r, inp_r, w_r, N, IC, OC);
+    mha_linear_backward_f64(dinp_ref, dw_ref, NULL, dout_r, inp_r, w_r, N, IC, OC, 1);
 
     float *out = test_malloc(no * 4), *dinp = test_malloc(ni * 4), *dw = test_malloc(nw * 4), *db = test_malloc((size_t)OC * 4);
     float *out1 = test_malloc(no * 4), *dinp1 = test_malloc(ni * 4), *dw1 = test_malloc(nw * 4);
@@ -423,7 +423,7 @@ static void test_linear(int portable, int N, int IC, int OC) {
         test_result(what, rel_err_f_d(out, outnb_ref, no), tol_k(IC));
 
         memcpy(dinp, dinp0, ni * 4), memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
-        mha_linear_backward_bf16(dinp, dw, db, dout, inp, w, N, IC, OC);
+        mha_linear_backward_bf16(dinp, dw, db, dout, inp, w, N, IC, OC, 1);
         snprintf(what, sizeof what, "%s backward dinp", head);
         test_result(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC));
         snprintf(what, sizeof what, "%s backward dw", head);
@@ -434,13 +434,24 @@ static void test_linear(int portable, int N, int IC, int OC) {
         else same &= memcmp(dinp1, dinp, ni * 4) == 0 && memcmp(dw1, dw, nw * 4) == 0;
 
         memcpy(dw, dw0, nw * 4), memcpy(db, db0, (size_t)OC * 4);
-        mha_linear_backward_bf16(NULL, dw, db, dout, inp, w, N, IC, OC);
+        mha_linear_backward_bf16(NULL, dw, db, dout, inp, w, N, IC, OC, 1);
         snprintf(what, sizeof what, "%s dinp=NULL: dw, dbias", head);
         result2(what, rel_err_f_d(dw, dw_ref, nw), tol_k(N), rel_err_f_d(db, db_ref, (size_t)OC), tol_k(N));
         memcpy(dinp, dinp0, ni * 4), memcpy(dw, dw0, nw * 4);
-        mha_linear_backward_bf16(dinp, dw, NULL, dout, inp, w, N, IC, OC);
+        mha_linear_backward_bf16(dinp, dw, NULL, dout, inp, w, N, IC, OC, 1);
         snprintf(what, sizeof what, "%s dbias=NULL: dinp, dw", head);
         result2(what, rel_err_f_d(dinp, dinp_ref, ni), tol_k(OC), rel_err_f_d(dw, dw_ref, nw), tol_k(N));
+        /* dinp overwritten: poisoned first, then dinp_ref less what it started from */
+        for (size_t i = 0; i < ni; i++) dinp[i] = u2f(0x7fc00000u);
+        mha_linear_backward_bf16(dinp, NULL, NULL, dout, inp, w, N, IC, OC, 0);
+        double worst = 0, top = 0;
+        for (size_t i = 0; i < ni; i++) {
+            double r = dinp_ref[i] - dinp0[i], e = fabs(dinp[i] - r);
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;   /* NaN: not written */
+            top = fabs(r) > top ? fabs(r) : top;
+        }
+        snprintf(what, sizeof what, "%s dinp overwritten (was NaN)", head);
+        test_result(what, top > 0 ? worst / top : worst, tol_k(OC));
     }
     mha_bf16_force_portable(0);
     snprintf(what, sizeof what, "linear %-8s %dx%dx%d 1T vs 2T bit-identical", pn, N, IC, OC);

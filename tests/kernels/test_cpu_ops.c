@@ -50,7 +50,9 @@ static void fill2(float *f, double *d, size_t n, float lo, float hi) {
     }
 }
 /* ---------------------------------- linear ---------------------------------- */
-static void test_linear(int with_bias) {
+/* accumulate: dinp starts non-zero and backward must add to it; else dinp starts as NaN and
+ * backward must overwrite all of it (dw, dbias accumulate either way) */
+static void test_linear(int with_bias, int accumulate) {
     const int N = 67, IC = 48, OC = 40;
     size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *inp = falloc(ni), *w = falloc(nw), *bias = falloc(OC), *out = falloc(no), *dout = falloc(no);
@@ -61,12 +63,16 @@ static void test_linear(int with_bias) {
     fill2(dout, dout_d, no, -1, 1);
     /* gradients start non-zero: backward must accumulate */
     fill2(dinp, dinp_d, ni, -1, 1), fill2(dw, dw_d, nw, -1, 1), fill2(db, db_d, OC, -1, 1);
+    if (!accumulate)
+        for (size_t i = 0; i < ni; i++) dinp[i] = NAN;
     be->linear_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
     mha_linear_forward_f64(out_d, inp_d, w_d, with_bias ? bias_d : NULL, N, IC, OC);
-    be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
-    mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC);
+    be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC, accumulate);
+    mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC, accumulate);
     test_result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
-    if (with_bias) {
+    if (!accumulate) {
+        test_result("linear backward dinp overwritten (was NaN)", rel_err_f_d(dinp, dinp_d, ni), TOL);
+    } else if (with_bias) {
         test_result("linear backward dinp", rel_err_f_d(dinp, dinp_d, ni), TOL);
         test_result("linear backward dw", rel_err_f_d(dw, dw_d, nw), TOL);
         test_result("linear backward dbias", rel_err_f_d(db, db_d, OC), TOL);
@@ -148,7 +154,7 @@ static void test_elementwise(void) {
     for (int act = 0; act < 2; act++) {
         const char *nm = act == MHA_ACT_GELU ? "gelu" : "relu";
         char what[64];
-        fill2(d, d_d, n, -1, 1);
+        for (size_t i = 0; i < n; i++) d[i] = NAN;   /* act_backward overwrites dinp */
         be->act_forward(out, x, n, act);
         mha_act_forward_f64(out_d, x_d, n, act);
         snprintf(what, sizeof what, "%s forward", nm);
@@ -157,6 +163,11 @@ static void test_elementwise(void) {
         mha_act_backward_f64(d_d, g_d, x_d, n, act);
         snprintf(what, sizeof what, "%s backward", nm);
         test_result(what, rel_err_f_d(d, d_d, n), TOL);
+        /* in place (dinp = dout): the same bits */
+        memcpy(y, g, n * sizeof(float));
+        be->act_backward(y, y, x, n, act);
+        snprintf(what, sizeof what, "%s backward in place, bitwise", nm);
+        test_expect(what, memcmp(y, d, n * sizeof(float)) == 0);
     }
 
     /* dropout: the mask is exactly the RNG's, kept values scaled by 1/(1-p) */
@@ -648,8 +659,9 @@ int main(void) {
     be = mha_cpu_backend(0);
     test_linear_post();
     test_memory_and_expf();
-    test_linear(1);
-    test_linear(0);
+    test_linear(1, 1);
+    test_linear(0, 1);
+    test_linear(1, 0);
     test_embedding();
     be = mha_cpu_backend(0);
     test_layernorm();
