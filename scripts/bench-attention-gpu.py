@@ -12,7 +12,8 @@ tests/cuda/bench_attention.cu: B = tokens // T, lengths[b] = T//2 + floor(u_b * 
 u_b = mha_rng_uniform(7, b) (kernels/rng.h, reimplemented below). FLOPs count real tokens
 only (forward 4 L^2 HS per example and head, L(L+1)/2 instead of L^2 when causal; backward
 2.5x forward). PyTorch does the work of the padded rows and columns too: the mask is how SDPA
-takes lengths; `picked` names the backend SDPA chose for it (issue 4's target is that one).
+takes lengths; `picked` names the backend SDPA chose for it with gradients (issue 4's target is
+that one), `picked_fwd` the one for the forward-only timing.
 --input unpadded: every length T and no mask, FLASH forced in bf16 (the kernel PyTorch has for
 unpadded input; it has none in fp32, where SDPA's own pick runs). Prints lines
   RESULT impl=torch-sdpa dtype=fp32 input=padded picked=EFFICIENT_ATTENTION T=.. B=.. ...
@@ -148,9 +149,14 @@ def bench_one(args, torch, F, dev, dt, name, kind, T, B, lens, fl, real):
             mask = mask & torch.ones(T, T, device=dev, dtype=torch.bool).tril()[None, None]
         causal = False                                                     # folded into the mask
     qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
-    ctx, picked = contextlib.nullcontext, sdp_picked(torch, qg, kg, vg, mask, causal)
+    # the choice may depend on requires_grad: the forward-only timing runs without gradients
+    ctx = contextlib.nullcontext
+    picked = sdp_picked(torch, qg, kg, vg, mask, causal)
+    with torch.no_grad():
+        picked_fwd = sdp_picked(torch, q, k, v, mask, causal)
     if kind == "unpadded" and name == "bf16":
-        ctx, picked = (lambda: sdp_only(torch, "FLASH_ATTENTION")), "FLASH_ATTENTION(forced)"
+        ctx = lambda: sdp_only(torch, "FLASH_ATTENTION")   # noqa: E731
+        picked = picked_fwd = "FLASH_ATTENTION(forced)"
 
     def fwd():
         with torch.no_grad(), ctx():
@@ -168,7 +174,8 @@ def bench_one(args, torch, F, dev, dt, name, kind, T, B, lens, fl, real):
         print(f"NOTE torch-sdpa {name} {kind} T={T}: {str(e).splitlines()[0]}", flush=True)
         return
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    print(f"RESULT impl=torch-sdpa dtype={name} input={kind} picked={picked} T={T} B={B} "
+    print(f"RESULT impl=torch-sdpa dtype={name} input={kind} picked={picked} "
+          f"picked_fwd={picked_fwd} T={T} B={B} "
           f"NH={args.nh} HS={args.hs} causal={args.causal} real_tokens={real} fwd_ms={f_ms:.4f} "
           f"fwd_tflops={fl / (f_ms * 1e9):.2f} fwdbwd_ms={fb_ms:.4f} "
           f"fwdbwd_tflops={3.5 * fl / (fb_ms * 1e9):.2f} peak_mib={peak:.1f}", flush=True)

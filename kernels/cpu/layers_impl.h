@@ -15,7 +15,8 @@
  * and includes cpu_common.h and <math.h> first. layers_f32.c builds the backend's
  * kernels from it, layers_f64.c the double reference the tests differentiate.
  * Semantics: kernels/backend.h. Every matrix product is a GEMM; everything else is an
- * OpenMP loop with a contiguous inner loop. Backward ops accumulate (+=). Attention runs
+ * OpenMP loop with a contiguous inner loop. Backward ops accumulate (+=), except act_backward
+ * and linear_backward's dinp when asked (backend.h). Attention runs
  * one (b, h) per OpenMP task with BLAS forced single-threaded for the duration.
  * Re-entrant across host threads: the attention scratch is one cached buffer per
  * instantiation and per calling thread (_Thread_local), shared by the threads of that call's

@@ -161,7 +161,7 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
                                      int B, int T, int C, int NH, int causal, float p_drop,
                                      uint64_t seed);
 /* gemm_bf16.cu: the linear layer with bf16 operands, fp32 accumulation and fp32 output
- * (same contract as gemm.cu, including += in backward) */
+ * (same contract as gemm.cu, including += in backward and dinp_accumulate) */
 void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
                                 int N, int IC, int OC);
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,

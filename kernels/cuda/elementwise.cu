@@ -1,5 +1,6 @@
 /* kernels/cuda/elementwise.cu: activations, add, accumulate, dropout, scale.
- * Grid-stride loops over size_t indices; backward ops accumulate (+=) into dinp.
+ * Grid-stride loops over size_t indices; dropout_backward accumulates (+=) into dinp,
+ * act_backward overwrites it (and may run in place, dinp == dout).
  * Dropout uses kernels/rng.h exactly as backend.h says: element i is kept when
  * mha_rng_uniform(seed, offset + i) >= p, and scaled by 1/(1-p).
  */

@@ -3,7 +3,8 @@
  * Row-major trick: a row-major (R, S) matrix is the column-major (S, R) matrix with the same
  * memory, so row-major Y = X W^T becomes column-major Y^T = W^T(cm) X^T(cm):
  *   out (N, OC)  = inp (N, IC) @ w^T   ->  gemm(T, N, m=OC, n=N, k=IC, w ld IC, inp ld IC, out ld OC)
- *   dinp (N, IC) += dout @ w            ->  gemm(N, N, m=IC, n=N, k=OC, w ld IC, dout ld OC, beta 1)
+ *   dinp (N, IC) (+)= dout @ w          ->  gemm(N, N, m=IC, n=N, k=OC, w ld IC, dout ld OC,
+ *                                           beta 1, or 0 when the caller asks to overwrite)
  *   dw (OC, IC) += dout^T @ inp         ->  gemm(N, T, m=IC, n=OC, k=N, inp ld IC, dout ld OC, beta 1)
  * With beta = 0 cuBLAS never reads the output, so it may hold garbage (NaN) before.
  */

@@ -4,10 +4,11 @@
  * buffers by a conversion kernel, then multiplied by cublasGemmEx with bf16 A and B, fp32
  * accumulation (CUBLAS_COMPUTE_32F) and an fp32 output. Master weights, gradients and bias
  * stay fp32: the bias add and the bias gradient (column sums of the fp32 dout) are the fp32
- * ones of gemm.cu, and backward keeps the += contract (beta = 1 on the fp32 gradients).
+ * ones of gemm.cu, and backward keeps gemm.cu's contract (beta = 1 on the fp32 gradients,
+ * beta = 0 on dinp when the caller asks to overwrite it).
  * Same row-major trick and shapes as gemm.cu:
  *   out (N, OC)  = inp (N, IC) @ w^T   ->  gemm(T, N, m=OC, n=N, k=IC)
- *   dinp (N, IC) += dout @ w            ->  gemm(N, N, m=IC, n=N, k=OC, beta 1)
+ *   dinp (N, IC) (+)= dout @ w          ->  gemm(N, N, m=IC, n=N, k=OC, beta 1 or 0)
  *   dw (OC, IC) += dout^T @ inp         ->  gemm(N, T, m=IC, n=OC, k=N, beta 1)
  */
 #include "kernels/cuda/cuda_common.h"

@@ -403,6 +403,7 @@ int main(void) {
     test_linear(37, 24, 40, 1);
     test_linear(37, 24, 40, 0);
     test_linear(5, 3, 1, 1);
+    test_linear(5, 3, 0, 1);   /* empty product: an overwritten dinp is zeros */
     test_linear(300, 96, 130, 1);
     if (!emu) test_linear(1024, 64, 192, 1);
 

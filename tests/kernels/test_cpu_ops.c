@@ -72,6 +72,8 @@ static void test_linear(int with_bias, int accumulate) {
     test_result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
     if (!accumulate) {
         test_result("linear backward dinp overwritten (was NaN)", rel_err_f_d(dinp, dinp_d, ni), TOL);
+        test_result("linear backward dw += (dinp overwritten)", rel_err_f_d(dw, dw_d, nw), TOL);
+        test_result("linear backward dbias += (dinp overwritten)", rel_err_f_d(db, db_d, OC), TOL);
     } else if (with_bias) {
         test_result("linear backward dinp", rel_err_f_d(dinp, dinp_d, ni), TOL);
         test_result("linear backward dw", rel_err_f_d(dw, dw_d, nw), TOL);
@@ -80,6 +82,29 @@ static void test_linear(int with_bias, int accumulate) {
     be->free(inp), be->free(w), be->free(bias), be->free(out), be->free(dout);
     be->free(dinp), be->free(dw), be->free(db);
     free(inp_d), free(w_d), free(bias_d), free(out_d), free(dout_d), free(dinp_d), free(dw_d), free(db_d);
+}
+
+/* The empty product (OC = 0): an overwritten dinp becomes zeros, an accumulated one stays, in
+ * the fp32 table and in the bf16 one (when this CPU has it). */
+static void test_linear_empty(void) {
+    const int N = 5, IC = 7;
+    char why[128];
+    const Backend *tables[2] = {be, mha_cpu_backend_bf16(0, why, sizeof why)};
+    for (int t = 0; t < 2 && tables[t]; t++) {
+        float dinp[5 * 7], dummy[1] = {0};
+        for (int i = 0; i < N * IC; i++) dinp[i] = NAN;
+        tables[t]->linear_backward(dinp, dummy, dummy, dummy, dummy, dummy, N, IC, 0, 0);
+        int zeros = 1;
+        for (int i = 0; i < N * IC; i++) zeros &= dinp[i] == 0;
+        for (int i = 0; i < N * IC; i++) dinp[i] = (float)i;
+        tables[t]->linear_backward(dinp, dummy, dummy, dummy, dummy, dummy, N, IC, 0, 1);
+        int kept = 1;
+        for (int i = 0; i < N * IC; i++) kept &= dinp[i] == (float)i;
+        char what[96];
+        snprintf(what, sizeof what, "linear backward OC=0 (%s): overwritten -> 0, += -> unchanged",
+                 t ? "bf16" : "fp32");
+        test_expect(what, zeros && kept);
+    }
 }
 
 /* -------------------------------- embedding -------------------------------- */
@@ -662,6 +687,7 @@ int main(void) {
     test_linear(1, 1);
     test_linear(0, 1);
     test_linear(1, 0);
+    test_linear_empty();
     test_embedding();
     be = mha_cpu_backend(0);
     test_layernorm();
