@@ -76,9 +76,8 @@ void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
                               const float *inp, const float *w, int N, int IC, int OC,
                               int dinp_accumulate) {
-    if (N <= 0 || IC <= 0) return;
-    if (OC <= 0) {   /* empty product: an overwritten dinp is zeros */
-        if (dinp && !dinp_accumulate) memset(dinp, 0, (size_t)N * IC * sizeof(float));
+    if (N <= 0 || IC <= 0 || OC <= 0) {   /* empty shapes: as in fp32 (dinp zeroed or kept) */
+        mha_linear_backward_f32(dinp, dw, dbias, dout, inp, w, N, IC, OC, dinp_accumulate);
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
