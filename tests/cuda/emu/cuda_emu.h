@@ -6,7 +6,9 @@
  *
  *  - A launch runs the blocks one after another. The threads of a block are fibers (ucontext)
  *    switched round-robin: each runs until its next __syncthreads() or its end, so a barrier
- *    holds exactly when every thread that has not exited reached it. Warp shuffles are
+ *    holds exactly when every thread that has not exited reached it. The order within a round
+ *    is forward, reverse or shuffled (MHA_EMU_ORDER): a race between barriers shows as a
+ *    result that depends on it (see read_schedule). Warp shuffles are
  *    emulated with two block-wide barriers (every thread of the block must reach them, which
  *    holds for this backend: shuffles sit in block-uniform code after early exits).
  *    After each round the barriers are checked (check_round): a __syncthreads() reached by
@@ -21,8 +23,9 @@
  *    NaN bytes (a read of device memory nothing wrote shows); cuBLAS SGEMM
  *    is a column-major reference with cuBLAS's argument checks, accumulating in double.
  *
- * What it cannot show: performance, memory coalescing, true data races between threads of a
- * block (the fibers interleave only at barriers), or anything about real hardware limits
+ * What it cannot show: performance, memory coalescing, a race the orders do not expose (the
+ * fibers interleave only at barriers: two writes of the same value, or a race through global
+ * memory between blocks, which run one after another), or anything about real hardware limits
  * beyond the checks above.
  */
 #ifndef MHA_TESTS_CUDA_EMU_H
@@ -38,6 +41,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
@@ -304,6 +308,68 @@ inline void check_round(int nthreads) {
     }
 }
 
+/* The order the threads of a block run in each round, from MHA_EMU_ORDER: "forward" (the
+ * default: 0, 1, ...), "reverse", or "shuffle[:SEED]" (a fresh permutation every round, from a
+ * fixed-seed generator, so a run repeats). A kernel free of shared-memory races gives the same
+ * bits in every order: between two barriers no thread may read or write what another thread
+ * of its block writes there. One that reads another thread's write without a barrier between
+ * them reads it in one order and the old (or NaN-poisoned) contents in the other, so running
+ * the tests in several orders shows such a race as a wrong result; with the lane-wise WMMA
+ * stores (cuda_emu_bf16.h) that covers a missing __syncwarp() too. */
+enum Order { kForward, kReverse, kShuffle };
+struct Schedule {
+    Order order = kForward;
+    uint64_t state = 0;
+};
+inline Schedule read_schedule(void) {
+    Schedule s;
+    const char *e = getenv("MHA_EMU_ORDER");
+    if (!e || !*e || strcmp(e, "forward") == 0) return s;
+    if (strcmp(e, "reverse") == 0) {
+        s.order = kReverse;
+        return s;
+    }
+    if (strncmp(e, "shuffle", 7) == 0 && (e[7] == '\0' || e[7] == ':')) {
+        char *end = nullptr;
+        s.order = kShuffle;
+        s.state = e[7] ? strtoull(e + 8, &end, 10) : 1;
+        if (!e[7] || (end != e + 8 && *end == '\0')) return s;
+    }
+    fprintf(stderr, "cuda_emu: MHA_EMU_ORDER=%s: expected forward, reverse or shuffle[:SEED]\n", e);
+    exit(2);
+}
+inline Schedule schedule = read_schedule();
+inline std::vector<int> order;
+
+/* splitmix64: the permutations of MHA_EMU_ORDER=shuffle */
+inline uint64_t next_random(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* order[0..n) for the next round */
+inline void next_order(int n) {
+    order.resize(n);
+    for (int i = 0; i < n; i++) order[i] = schedule.order == kReverse ? n - 1 - i : i;
+    if (schedule.order == kShuffle)
+        for (int i = n - 1; i > 0; i--) std::swap(order[i], order[next_random(&schedule.state) % (uint64_t)(i + 1)]);
+}
+
+/* The i-th block of n to run: forward, reverse, or shuffled (an affine permutation i -> (a i + c)
+ * mod n, a coprime to n, drawn per launch: the grids run to millions of blocks) */
+inline size_t block_at(size_t i, size_t n) {
+    static size_t a = 1, c = 0;
+    if (schedule.order == kForward) return i;
+    if (schedule.order == kReverse) return n - 1 - i;
+    if (i == 0) {
+        c = next_random(&schedule.state) % n;
+        do a = (next_random(&schedule.state) % n) | 1; while (std::gcd(a, n) != 1);
+    }
+    return (size_t)(((unsigned __int128)a * i + c) % n);
+}
+
 inline void run_block(int nthreads, std::function<void()> &fn) {
     body = &fn;
     if (fibers.size() < (size_t)nthreads) {
@@ -324,7 +390,8 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
     bool any = true;
     while (any) {
         any = false;
-        for (int t = 0; t < nthreads; t++) {
+        next_order(nthreads);
+        for (int t : order) {
             if (fibers[t].done) continue;
             cur = t;
             set_thread(t);
@@ -405,20 +472,21 @@ struct MhaEmuLauncher {
         std::function<void()> fn = [&params, k]() { std::apply(k, params); };
         gridDim = grid;
         blockDim = block;
-        for (unsigned int z = 0; z < grid.z; z++)
-            for (unsigned int y = 0; y < grid.y; y++)
-                for (unsigned int x = 0; x < grid.x; x++) {
-                    void *sm = nullptr;
-                    if (smem) {
-                        sm = aligned_alloc(128, (smem + 127) / 128 * 128);
-                        memset(sm, 0xff, smem);   /* NaN: reading unwritten shared memory shows */
-                    }
-                    mha_emu::dyn_smem = sm;
-                    blockIdx = dim3(x, y, z);
-                    mha_emu::run_block((int)nthreads, fn);
-                    free(sm);
-                    mha_emu::dyn_smem = nullptr;
-                }
+        /* the blocks in the order of MHA_EMU_ORDER too (a block must not depend on another) */
+        const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+        for (size_t i = 0; i < nblocks; i++) {
+            const size_t b = mha_emu::block_at(i, nblocks);
+            void *sm = nullptr;
+            if (smem) {
+                sm = aligned_alloc(128, (smem + 127) / 128 * 128);
+                memset(sm, 0xff, smem);   /* NaN: reading unwritten shared memory shows */
+            }
+            mha_emu::dyn_smem = sm;
+            blockIdx = dim3(b % grid.x, b / grid.x % grid.y, b / ((size_t)grid.x * grid.y));
+            mha_emu::run_block((int)nthreads, fn);
+            free(sm);
+            mha_emu::dyn_smem = nullptr;
+        }
     }
 };
 template <class... P>
