@@ -4,17 +4,16 @@
  * Test-only. kernels/cuda/cuda_common.h includes this instead of cuda_runtime.h and
  * cublas_v2.h when MHA_CUDA_EMU is defined; the emu_NAME.cpp files compile each .cu as C++.
  *
- *  - A launch runs the blocks one after another. The threads of a block are fibers (ucontext)
- *    switched round-robin: each runs until its next __syncthreads() or its end, so a barrier
- *    holds exactly when every thread that has not exited reached it. The order within a round
- *    is forward, reverse or shuffled (MHA_EMU_ORDER): a race between barriers shows as a
- *    result that depends on it (see read_schedule). Warp shuffles are
- *    emulated with two block-wide barriers (every thread of the block must reach them, which
- *    holds for this backend: shuffles sit in block-uniform code after early exits).
- *    After each round the barriers are checked (check_round): a __syncthreads() reached by
- *    only part of the block (divergent code, an early return) or threads at different
- *    barriers, and a shuffle/__syncwarp/mma_sync with lanes of its warp exited or elsewhere,
- *    abort with the call site, as they would hang or be undefined on a GPU.
+ *  - A launch runs the blocks one after another. The threads of a block are fibers (ucontext).
+ *    Each warp runs as far as it can, until every lane waits at a __syncthreads() or has
+ *    exited, before the next warp runs; then every thread must be at the same
+ *    __syncthreads(), which releases them all. Within a warp the lanes run one after another
+ *    from one warp-level operation (shuffle, __syncwarp, mma_sync) to the next, where all 32
+ *    lanes must meet. A __syncthreads() reached by only part of the block (divergent code, an
+ *    early return) or threads at different barriers, and a warp-level op with lanes of its
+ *    warp exited or elsewhere, abort with the call site, as they would hang or be undefined
+ *    on a GPU. The order of blocks, warps and lanes is forward, reverse or shuffled
+ *    (MHA_EMU_ORDER): a race shows as a result that depends on it (see read_schedule).
  *  - __shared__ is a static (one block runs at a time); dynamic shared memory is a fresh
  *    allocation of exactly the launch's size, filled with NaN bytes, per launch.
  *  - Launch configurations are validated as the driver does (threads per block, grid limits,
@@ -24,9 +23,9 @@
  *    is a column-major reference with cuBLAS's argument checks, accumulating in double.
  *
  * What it cannot show: performance, memory coalescing, a race the orders do not expose (the
- * fibers interleave only at barriers: two writes of the same value, or a race through global
- * memory between blocks, which run one after another), or anything about real hardware limits
- * beyond the checks above.
+ * fibers switch only at barriers, so two threads' read-modify-writes of one location never
+ * interleave; writes of equal values; a race through global memory between blocks, which run
+ * one after another), or anything about real hardware limits beyond the checks above.
  */
 #ifndef MHA_TESTS_CUDA_EMU_H
 #define MHA_TESTS_CUDA_EMU_H
@@ -224,7 +223,7 @@ inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute a, int v) {
 
 namespace mha_emu {
 /* Where a thread waits: a __syncthreads() (block-wide), or a warp-level operation (shuffle,
- * __syncwarp, wmma::mma_sync), each emulated by block-wide yields (see below). */
+ * __syncwarp, wmma::mma_sync: the lanes of its warp); see run_warp and run_block. */
 enum SyncKind { kBlockSync, kWarpSync };
 struct SyncSite {
     const char *file;
@@ -265,61 +264,28 @@ inline bool same_site(const SyncSite &a, const SyncSite &b) {
     abort();
 }
 
-/* After each round (every live thread ran to its next barrier or its end): the barriers the
- * threads wait at must be ones the hardware would let them meet at. A __syncthreads() must be
- * reached by every thread of the block at the same call (CUDA: only in code uniform across
- * the block; an early return before it counts as divergence); a warp-level operation with
- * the full mask by every lane of the warp at the same call. Otherwise the emulation's
- * round-robin would pass a barrier the hardware would hang at or treat as undefined. */
-inline void check_round(int nthreads) {
-    int first = -1;
-    for (int t = 0; t < nthreads; t++)
-        if (!fibers[t].done && fibers[t].at.kind == kBlockSync) {
-            first = t;
-            break;
-        }
-    if (first >= 0) {   /* a block barrier: everybody there */
-        const SyncSite &s = fibers[first].at;
-        for (int t = 0; t < nthreads; t++) {
-            if (fibers[t].done) sync_fail(t, "exited while other threads wait at a barrier", s);
-            if (!same_site(fibers[t].at, s)) {
-                fprintf(stderr, "cuda_emu: thread %d waits at %s:%d\n", t, fibers[t].at.file,
-                        fibers[t].at.line);
-                sync_fail(first, "threads of the block wait at different barriers", s);
-            }
-        }
-        return;
-    }
-    for (int w = 0; w < nthreads; w += 32) {   /* warp-level operations: per warp */
-        const int end = std::min(nthreads, w + 32);
-        int live = -1;
-        for (int t = w; t < end; t++)
-            if (!fibers[t].done) {
-                live = t;
-                break;
-            }
-        if (live < 0) continue;
-        if (end - w < 32) sync_fail(live, "warp-level op in a warp of fewer than 32 threads", fibers[live].at);
-        for (int t = w; t < end; t++) {
-            if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", fibers[live].at);
-            if (!same_site(fibers[t].at, fibers[live].at))
-                sync_fail(t, "lanes of one warp at different warp-level ops", fibers[live].at);
-        }
-    }
-}
-
-/* The order the threads of a block run in each round, from MHA_EMU_ORDER: "forward" (the
- * default: 0, 1, ...), "reverse", or "shuffle[:SEED]" (a fresh permutation every round, from a
- * fixed-seed generator, so a run repeats). A kernel free of shared-memory races gives the same
- * bits in every order: between two barriers no thread may read or write what another thread
- * of its block writes there. One that reads another thread's write without a barrier between
- * them reads it in one order and the old (or NaN-poisoned) contents in the other, so running
- * the tests in several orders shows such a race as a wrong result; with the lane-wise WMMA
- * stores (cuda_emu_bf16.h) that covers a missing __syncwarp() too. */
+/* The order things run in, from MHA_EMU_ORDER: "forward" (the default: blocks, warps and lanes
+ * in index order), "reverse", or "shuffle[:SEED]" (a fresh permutation at every step, from a
+ * generator seeded per launch by SEED and the launch's number, so a run repeats).
+ *
+ * A kernel free of races gives the same bits in every order. The schedule is built to make a
+ * race show as a different (wrong) result:
+ *  - each warp runs as far as it can (until every lane waits at a __syncthreads() or has
+ *    exited) before the next warp starts: a warp that reads shared memory another warp
+ *    writes, with no __syncthreads() between them (only a __syncwarp(), a shuffle or an
+ *    mma_sync, which order one warp's lanes alone), reads it before the write in one order
+ *    and after it in the other;
+ *  - within a warp, the lanes run one after another from one warp-level operation to the
+ *    next: a lane that reads what another lane of its warp writes without a __syncwarp()
+ *    between them reads it before or after the write depending on the order (with the
+ *    lane-wise WMMA stores of cuda_emu_bf16.h, that covers a store_matrix_sync too);
+ *  - the blocks of a launch run in the order too: a block must not depend on another.
+ * Read before the write, shared memory holds the previous contents (dynamic shared memory: NaN
+ * bytes, fresh per block; static __shared__ arrays keep the previous block's data). */
 enum Order { kForward, kReverse, kShuffle };
 struct Schedule {
     Order order = kForward;
-    uint64_t state = 0;
+    uint64_t seed = 0;
 };
 inline Schedule read_schedule(void) {
     Schedule s;
@@ -329,17 +295,23 @@ inline Schedule read_schedule(void) {
         s.order = kReverse;
         return s;
     }
-    if (strncmp(e, "shuffle", 7) == 0 && (e[7] == '\0' || e[7] == ':')) {
+    if (strcmp(e, "shuffle") == 0) {
+        s.order = kShuffle;
+        s.seed = 1;
+        return s;
+    }
+    if (strncmp(e, "shuffle:", 8) == 0 && e[8] >= '0' && e[8] <= '9' && strlen(e + 8) <= 18) {
         char *end = nullptr;
         s.order = kShuffle;
-        s.state = e[7] ? strtoull(e + 8, &end, 10) : 1;
-        if (!e[7] || (end != e + 8 && *end == '\0')) return s;
+        s.seed = strtoull(e + 8, &end, 10);
+        if (*end == '\0') return s;
     }
-    fprintf(stderr, "cuda_emu: MHA_EMU_ORDER=%s: expected forward, reverse or shuffle[:SEED]\n", e);
+    fprintf(stderr, "cuda_emu: MHA_EMU_ORDER=%s: expected forward, reverse or shuffle[:SEED] "
+            "(SEED: up to 18 digits)\n", e);
     exit(2);
 }
 inline Schedule schedule = read_schedule();
-inline std::vector<int> order;
+inline uint64_t launch_state = 0;   /* the generator of the running launch (shuffle) */
 
 /* splitmix64: the permutations of MHA_EMU_ORDER=shuffle */
 inline uint64_t next_random(uint64_t *x) {
@@ -349,28 +321,76 @@ inline uint64_t next_random(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-/* order[0..n) for the next round */
-inline void next_order(int n) {
-    order.resize(n);
-    for (int i = 0; i < n; i++) order[i] = schedule.order == kReverse ? n - 1 - i : i;
+/* out = the order of 0 .. n-1 for the next step */
+inline void next_order(std::vector<int> &out, int n) {
+    out.resize(n);
+    for (int i = 0; i < n; i++) out[i] = schedule.order == kReverse ? n - 1 - i : i;
     if (schedule.order == kShuffle)
-        for (int i = n - 1; i > 0; i--) std::swap(order[i], order[next_random(&schedule.state) % (uint64_t)(i + 1)]);
+        for (int i = n - 1; i > 0; i--) std::swap(out[i], out[next_random(&launch_state) % (uint64_t)(i + 1)]);
 }
 
-/* The i-th block of n to run: forward, reverse, or shuffled (an affine permutation i -> (a i + c)
- * mod n, a coprime to n, drawn per launch: the grids run to millions of blocks) */
-inline size_t block_at(size_t i, size_t n) {
-    static size_t a = 1, c = 0;
-    if (schedule.order == kForward) return i;
-    if (schedule.order == kReverse) return n - 1 - i;
-    if (i == 0) {
-        c = next_random(&schedule.state) % n;
-        do a = (next_random(&schedule.state) % n) | 1; while (std::gcd(a, n) != 1);
+/* The blocks of one launch in the schedule's order: forward, reverse, or an affine permutation
+ * i -> (a i + c) mod n with a coprime to n (the grids run to millions of blocks). */
+struct BlockOrder {
+    size_t n, a = 1, c = 0;
+    explicit BlockOrder(size_t nblocks) : n(nblocks) {
+        if (schedule.order != kShuffle) return;
+        c = next_random(&launch_state) % n;
+        do a = (next_random(&launch_state) % n) | 1; while (std::gcd(a, n) != 1);
     }
-    return (size_t)(((unsigned __int128)a * i + c) % n);
+    size_t operator[](size_t i) const {
+        if (schedule.order == kForward) return i;
+        if (schedule.order == kReverse) return n - 1 - i;
+        return (size_t)(((unsigned __int128)a * i + c) % n);
+    }
+};
+
+/* Starts a launch: the shuffle generator from the seed and the launch's number. */
+inline void begin_launch(void) {
+    static uint64_t launches = 0;
+    launch_state = schedule.seed * 0x100000001b3ull + ++launches;
 }
 
+enum { kRunnable = 2 };   /* SyncSite.kind of a thread free to run */
+
+inline void run_thread(int t) {
+    cur = t;
+    set_thread(t);
+    swapcontext(&sched_ctx, &fibers[t].ctx);
+}
+
+/* Runs warp w of a block of n threads until every live lane waits at a __syncthreads() or has
+ * exited. Lanes meet at a warp-level operation (shuffle, __syncwarp, mma_sync) before any goes
+ * on; the hardware requires (full mask) all 32 lanes of the warp at the same one. */
+inline void run_warp(int w, int n) {
+    static std::vector<int> lanes;
+    const int lo = 32 * w, hi = std::min(n, lo + 32);
+    for (;;) {
+        next_order(lanes, hi - lo);
+        for (int i : lanes) {
+            Fiber &f = fibers[lo + i];
+            if (!f.done && f.at.kind == kRunnable) run_thread(lo + i);
+        }
+        int first = -1;   /* a lane at a warp-level op */
+        for (int t = lo; t < hi && first < 0; t++)
+            if (!fibers[t].done && fibers[t].at.kind == kWarpSync) first = t;
+        if (first < 0) return;   /* all at a __syncthreads() or exited */
+        const SyncSite &s = fibers[first].at;
+        if (hi - lo < 32) sync_fail(first, "warp-level op in a warp of fewer than 32 threads", s);
+        for (int t = lo; t < hi; t++) {
+            if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", s);
+            if (!same_site(fibers[t].at, s)) sync_fail(t, "lanes of one warp at different barriers", s);
+        }
+        for (int t = lo; t < hi; t++) fibers[t].at.kind = kRunnable;
+    }
+}
+
+/* Runs one block: warps in the schedule's order, each as far as it goes; then every thread
+ * must wait at the same __syncthreads() (CUDA: only in code uniform across the block; an
+ * early return before it counts as divergence), which releases them all. Otherwise the
+ * emulation would pass a barrier the hardware would hang at or treat as undefined. */
 inline void run_block(int nthreads, std::function<void()> &fn) {
+    static std::vector<int> warps;
     body = &fn;
     if (fibers.size() < (size_t)nthreads) {
         size_t old = fibers.size();
@@ -385,20 +405,26 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
         f.ctx.uc_link = &sched_ctx;
         makecontext(&f.ctx, trampoline, 0);
         f.done = false;
-        f.at = SyncSite{"(start)", 0, kWarpSync};
+        f.at = SyncSite{"(start)", 0, kRunnable};
     }
-    bool any = true;
-    while (any) {
-        any = false;
-        next_order(nthreads);
-        for (int t : order) {
-            if (fibers[t].done) continue;
-            cur = t;
-            set_thread(t);
-            swapcontext(&sched_ctx, &fibers[t].ctx);
-            any = true;
+    const int nwarps = (nthreads + 31) / 32;
+    for (;;) {
+        next_order(warps, nwarps);
+        for (int w : warps) run_warp(w, nthreads);
+        int first = -1;
+        for (int t = 0; t < nthreads && first < 0; t++)
+            if (!fibers[t].done) first = t;
+        if (first < 0) return;   /* every thread exited */
+        const SyncSite &s = fibers[first].at;
+        for (int t = 0; t < nthreads; t++) {
+            if (fibers[t].done) sync_fail(t, "exited while other threads wait at a barrier", s);
+            if (!same_site(fibers[t].at, s)) {
+                fprintf(stderr, "cuda_emu: thread %d waits at %s:%d\n", t, fibers[t].at.file,
+                        fibers[t].at.line);
+                sync_fail(first, "threads of the block wait at different barriers", s);
+            }
         }
-        if (any) check_round(nthreads);
+        for (int t = 0; t < nthreads; t++) fibers[t].at.kind = kRunnable;
     }
 }
 
@@ -408,7 +434,7 @@ inline int linear_tid(void) {
 }  // namespace mha_emu
 
 namespace mha_emu {
-/* Yields to the scheduler until the next round, recording where (see check_round). */
+/* Yields to the scheduler, recording where the thread waits (see run_warp and run_block). */
 inline void barrier(int kind, const char *file, int line) {
     Fiber &f = fibers[cur];
     f.at = SyncSite{file, line, kind};
@@ -436,8 +462,7 @@ inline T shfl_xor(unsigned int mask, T v, int lane_mask, const char *file, int l
 #define __syncthreads() mha_emu::barrier(mha_emu::kBlockSync, __FILE__, __LINE__)
 #define __shfl_xor_sync(mask, v, lane_mask) \
     mha_emu::shfl_xor((mask), (v), (lane_mask), __FILE__, __LINE__)
-/* The warp-level barrier as a block-wide yield; check_round requires every lane of the warp
- * at the same one, and the backend calls it in block-uniform code. */
+/* The warp-level barrier: run_warp requires all 32 lanes of the warp at the same one. */
 #define __syncwarp(...) mha_emu::barrier(mha_emu::kWarpSync, __FILE__, __LINE__)
 
 #define MHA_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(mha_emu::dyn_smem)
@@ -472,10 +497,12 @@ struct MhaEmuLauncher {
         std::function<void()> fn = [&params, k]() { std::apply(k, params); };
         gridDim = grid;
         blockDim = block;
-        /* the blocks in the order of MHA_EMU_ORDER too (a block must not depend on another) */
+        /* the blocks in the order of MHA_EMU_ORDER (see there) */
         const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+        mha_emu::begin_launch();
+        const mha_emu::BlockOrder block_order(nblocks);
         for (size_t i = 0; i < nblocks; i++) {
-            const size_t b = mha_emu::block_at(i, nblocks);
+            const size_t b = block_order[i];
             void *sm = nullptr;
             if (smem) {
                 sm = aligned_alloc(128, (smem + 127) / 128 * 128);

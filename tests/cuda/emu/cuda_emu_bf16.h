@@ -11,7 +11,7 @@
  * __syncwarp() between a warp's store and other lanes' reads of it shows as stale data; a
  * missing one between lanes' writes and a WMMA load shows too (each emulated thread loads the
  * whole tile when it runs, before the lanes after it wrote). mma_sync is a warp-level barrier
- * here, emulated as a block-wide yield (see there).
+ * here (see there).
  */
 #ifndef MHA_TESTS_CUDA_EMU_BF16_H
 #define MHA_TESTS_CUDA_EMU_BF16_H
@@ -172,8 +172,7 @@ inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
 
 /* d = a b + c with fp32 accumulation (d may be c). Warp-synchronous on the hardware: no lane
  * passes it before every lane has loaded its operands, so a warp may load an accumulator
- * from shared memory, mma, and store it back in place. Emulated by a barrier (all threads
- * of the block: the backend calls mma_sync in block-uniform code only). */
+ * from shared memory, mma, and store it back in place. Emulated by a warp-level barrier. */
 template <class TA, class LA, class TB, class LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_a, 16, 16, 16, TA, LA> &a,
