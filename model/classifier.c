@@ -21,9 +21,12 @@ static void dropout_grad(const Backend *be, float *dinp, const float *dout, size
     be->dropout_forward(dinp, dout, n, p, seed, 0);
 }
 
-typedef struct { const Backend *be; size_t bytes; int failed; } Allocator;
+/* bytes: the request that failed; total: every request, those after the failure counted too
+ * (not made), so that the error can say what the model needs in all. */
+typedef struct { const Backend *be; size_t bytes, total; int failed; } Allocator;
 
 static void *alloc_or_flag(Allocator *a, size_t bytes) {
+    a->total += bytes;
     if (a->failed || bytes == 0) return NULL;
     void *p = a->be->alloc(bytes);
     if (!p) { a->failed = 1; a->bytes = bytes; }
@@ -92,11 +95,23 @@ static void alloc_backward(Model *m, Allocator *A) {
     m->dlogits = alloc_or_flag(A, Bmax * K * fl);
 }
 
+/* bytes as "12.3 MiB", "4.0 GiB" or "1.5 TiB" */
+static const char *human_bytes(char *buf, size_t len, size_t bytes) {
+    static const char *unit[] = {"MiB", "GiB", "TiB"};
+    double v = bytes / 1048576.0;
+    int u = 0;
+    while (v >= 1024.0 && u < 2) { v /= 1024.0; u++; }
+    snprintf(buf, len, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
 static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
+    char one[32], all[32];
     return mha_fail(err, MHA_EXIT_DATA,
-                    "%s backend: out of memory allocating %.1f MiB for a model with %d layers "
-                    "at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
-                    m->be->name, A->bytes / 1048576.0, m->d.L, m->Bmax, m->Tmax);
+                    "%s backend: out of memory allocating %s, one buffer of the %s a model with %d "
+                    "layer%s needs at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
+                    m->be->name, human_bytes(one, sizeof one, A->bytes), human_bytes(all, sizeof all, A->total),
+                    m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax);
 }
 
 int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
@@ -107,7 +122,7 @@ int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int 
     m->Bmax = Bmax;
     m->Tmax = Tmax;
     param_layout_build(&m->lay, d, decay_embeddings, decay_norms);
-    Allocator A = {be, 0, 0};
+    Allocator A = {be, 0, 0, 0};
     size_t C = d->C, fl = sizeof(float);
     m->params = alloc_or_flag(&A, m->lay.total * fl);
     m->grads = alloc_or_flag(&A, m->lay.total * fl);
@@ -139,7 +154,7 @@ static int replica_create(Model *r, const Model *m) {
     param_layout_build(&r->lay, &m->d, 0, 0);   /* the same offsets (decay flags aside) */
     r->params = m->params;
     r->pos_table = m->pos_table;
-    Allocator A = {m->be, 0, 0};
+    Allocator A = {m->be, 0, 0, 0};
     alloc_forward(r, &A);
     if (A.failed) {
         model_destroy(r);

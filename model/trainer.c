@@ -412,7 +412,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     r.truncate = strcmp(cfg->truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
     if ((rc = batcher_init(&bt, &r.train, cfg->batch_size, cfg->max_len, r.truncate, r.add_cls,
                            cfg->bucket, (uint64_t)cfg->seed)) != 0) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "out of memory laying out batches");
+        rc = mha_fail(err, MHA_EXIT_DATA, "out of memory laying out batches of %d x %d tokens "
+                      "(try a smaller train.batch_size or data.max_len)", cfg->batch_size, cfg->max_len);
         goto out;
     }
     batcher_start_epoch(&bt, 0, 1, 0);

@@ -3,11 +3,12 @@
  * pre-LN, with padded batches; then 50 training updates (dropout on: the counter RNG gives
  * both backends the same masks) whose losses must follow the CPU run. Then the same in mixed
  * precision (train.precision = "bf16": bf16 GEMMs and WMMA attention) against the fp32 CPU
- * run, with the tolerances stated in main().
+ * run, with the tolerances stated in main(). First, the out-of-memory error of model_create.
  * Skips (77) without a visible device. Built twice: against the real CUDA backend, and
  * against the host emulation of the kernels (suite cuda-emu) so the logic is checked on
  * machines without a GPU. */
 #include "kernels/backend.h"
+#include "kernels/cuda/mha_cuda.h"
 #include "kernels/rng.h"
 #include "model/classifier.h"
 #include "model/config.h"
@@ -101,6 +102,34 @@ static void compare_model(const Backend *gpu, const Backend *cpu, const char *no
     free(ids); free(len); free(lab);
 }
 
+/* A model too large for the device: model_create fails with a runtime error (exit code 1)
+ * that says how much was asked and which settings to lower, and frees what it took; the
+ * backend still works afterwards (out of memory is not a sticky CUDA error). 2^15 x 2^15
+ * tokens at d_model 64: one activation buffer alone is 256 GiB, beyond any current GPU (a
+ * real one allocates the smaller buffers, some 4 GiB each, before failing; the emulated device
+ * has 1 GiB). */
+static void test_out_of_memory(const Backend *gpu) {
+    Config c;
+    config_defaults(&c);
+    c.d_model = 64; c.n_heads = 2; c.d_ff = 128; c.n_layers = 1; c.max_len = 1 << 15;
+    snprintf(c.attention, sizeof c.attention, "fused");
+    ModelDims d;
+    model_dims_from_config(&d, &c, 50, 3);
+    Model m;
+    MhaError err;
+    memset(&err, 0, sizeof err);
+    const size_t before = mha_cuda_bytes_in_use();
+    const int rc = model_create(&m, &d, gpu, 1 << 15, 1 << 15, 0, 0, &err);
+    printf("%-4s out of device memory: %s\n", rc == MHA_EXIT_DATA ? "ok" : "FAIL", err.msg);
+    CHECK(rc == MHA_EXIT_DATA, "model_create of a 256 GiB model returned %d", rc);
+    CHECK(strstr(err.msg, "out of memory") && strstr(err.msg, "needs at batch") && strstr(err.msg, "batch_size") &&
+          strstr(err.msg, "max_len"), "the message does not say what was asked and what to lower: %s", err.msg);
+    CHECK(mha_cuda_bytes_in_use() == before, "model_create left %zu bytes allocated after failing",
+          mha_cuda_bytes_in_use() - before);
+    CHECK(model_create(&m, &d, gpu, 2, 16, 0, 0, &err) == 0, "a small model after the failure: %s", err.msg);
+    model_destroy(&m);
+}
+
 int main(void) {
     char why[256] = "";
     const Backend *gpu = mha_cuda_backend(0, 0, why, sizeof why);
@@ -110,6 +139,7 @@ int main(void) {
     const Backend *cpu = mha_cpu_backend(2);
     int emu = getenv("MHA_TEST_EMU") != NULL;  /* the host emulation is slow: smaller shapes */
     const char *norms[] = {"post", "pre"}, *paths[] = {"math", "fused"};
+    test_out_of_memory(gpu);
     const Tol fp32 = {1e-5, 1e-5, 1e-3};
     /* bf16 (mixed precision) against the fp32 CPU run: every GEMM and attention product rounds
      * its operands to 8 significant bits (2^-9 relative), so the first forward is held to the

@@ -19,7 +19,8 @@
  *  - Launch configurations are validated as the driver does (threads per block, grid limits,
  *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
  *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns), filled with
- *    NaN bytes (a read of device memory nothing wrote shows); cuBLAS SGEMM
+ *    NaN bytes (a read of device memory nothing wrote shows), on a device of 1 GiB (more
+ *    fails with cudaErrorMemoryAllocation, as on a full GPU); cuBLAS SGEMM
  *    is a column-major reference with cuBLAS's argument checks, accumulating in double.
  *
  * What it cannot show: performance, memory coalescing, a race the orders do not expose (the
@@ -99,6 +100,8 @@ struct cudaDeviceProp {
 namespace mha_emu {
 inline cudaError_t last_error = cudaSuccess;
 inline std::map<const void *, size_t> live;            /* allocations */
+inline size_t live_bytes = 0;                           /* their sum */
+constexpr size_t kDeviceBytes = (size_t)1 << 30;        /* the emulated device: 1 GiB */
 inline std::map<const void *, int> smem_optin;          /* kernel -> max dynamic smem */
 constexpr int kOptinLimit = 232448;                     /* H100/H200: 227 KiB */
 constexpr size_t kStack = 256 * 1024;
@@ -155,7 +158,7 @@ inline cudaError_t cudaGetDevice(int *d) {
 }
 inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
-    if (bytes > ((size_t)1 << 36)) return cudaErrorMemoryAllocation;
+    if (bytes > mha_emu::kDeviceBytes - mha_emu::live_bytes) return cudaErrorMemoryAllocation;
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return cudaErrorMemoryAllocation;
     /* Garbage, as device memory from cudaMalloc is (often zeros on a fresh context, old data
@@ -164,12 +167,14 @@ inline cudaError_t cudaMalloc(void **p, size_t bytes) {
      * scratch entry) fails the comparisons instead of adding a near-zero value. */
     memset(*p, 0xff, bytes);
     mha_emu::live[*p] = bytes;
+    mha_emu::live_bytes += bytes;
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     auto it = mha_emu::live.find(p);
     if (it == mha_emu::live.end()) mha_emu::fail("cudaFree of a pointer cudaMalloc did not return");
+    mha_emu::live_bytes -= it->second;
     mha_emu::live.erase(it);
     free(p);
     return cudaSuccess;
@@ -198,8 +203,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
-    *free_b = (size_t)8 << 30;
-    *total_b = (size_t)16 << 30;
+    *free_b = mha_emu::kDeviceBytes - mha_emu::live_bytes;
+    *total_b = mha_emu::kDeviceBytes;
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
