@@ -6,8 +6,9 @@
  *
  *  - A launch runs the blocks one after another. The threads of a block are fibers (ucontext).
  *    Each warp runs as far as it can, until every lane waits at a __syncthreads() or has
- *    exited, before the next warp runs; then every thread must be at the same
- *    __syncthreads(), which releases them all. Within a warp the lanes run one after another
+ *    exited, before the next warp runs (MHA_EMU_ORDER=shuffle: warps interleave at their
+ *    warp-level operations); then every thread must be at the same __syncthreads(), which
+ *    releases them all. Within a warp the lanes run one after another
  *    from one warp-level operation (shuffle, __syncwarp, mma_sync) to the next, where all 32
  *    lanes must meet. A __syncthreads() reached by only part of the block (divergent code, an
  *    early return) or threads at different barriers, and a warp-level op with lanes of its
@@ -228,7 +229,7 @@ inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute a, int v) {
 
 namespace mha_emu {
 /* Where a thread waits: a __syncthreads() (block-wide), or a warp-level operation (shuffle,
- * __syncwarp, wmma::mma_sync: the lanes of its warp); see run_warp and run_block. */
+ * __syncwarp, wmma::mma_sync: the lanes of its warp); see warp_step and run_block. */
 enum SyncKind { kBlockSync, kWarpSync };
 struct SyncSite {
     const char *file;
@@ -275,11 +276,14 @@ inline bool same_site(const SyncSite &a, const SyncSite &b) {
  *
  * A kernel free of races gives the same bits in every order. The schedule is built to make a
  * race show as a different (wrong) result:
- *  - each warp runs as far as it can (until every lane waits at a __syncthreads() or has
- *    exited) before the next warp starts: a warp that reads shared memory another warp
- *    writes, with no __syncthreads() between them (only a __syncwarp(), a shuffle or an
- *    mma_sync, which order one warp's lanes alone), reads it before the write in one order
- *    and after it in the other;
+ *  - forward and reverse: each warp runs as far as it can (until every lane waits at a
+ *    __syncthreads() or has exited) before the next warp starts: a warp that reads shared
+ *    memory another warp writes, with no __syncthreads() between them (only a __syncwarp(),
+ *    a shuffle or an mma_sync, which order one warp's lanes alone), reads it before the write
+ *    in one order and after it in the other;
+ *  - shuffle: warps interleave, one warp-level step of a randomly drawn warp at a time, so
+ *    that also a warp's write lands, in some blocks, between another warp's write and its
+ *    read back of the same place;
  *  - within a warp, the lanes run one after another from one warp-level operation to the
  *    next: a lane that reads what another lane of its warp writes without a __syncwarp()
  *    between them reads it before or after the write depending on the order (with the
@@ -364,38 +368,59 @@ inline void run_thread(int t) {
     swapcontext(&sched_ctx, &fibers[t].ctx);
 }
 
-/* Runs warp w of a block of n threads until every live lane waits at a __syncthreads() or has
- * exited. Lanes meet at a warp-level operation (shuffle, __syncwarp, mma_sync) before any goes
- * on; the hardware requires (full mask) all 32 lanes of the warp at the same one. */
-inline void run_warp(int w, int n) {
+/* One step of warp w of a block of n threads: each runnable lane runs to its next barrier.
+ * Lanes meet at a warp-level operation (shuffle, __syncwarp, mma_sync) before any goes on; the
+ * hardware requires (full mask) all 32 lanes of the warp at the same one, which releases them.
+ * Returns 1 when the warp is parked: every live lane waits at a __syncthreads() or has exited. */
+inline int warp_step(int w, int n) {
     static std::vector<int> lanes;
     const int lo = 32 * w, hi = std::min(n, lo + 32);
-    for (;;) {
-        next_order(lanes, hi - lo);
-        for (int i : lanes) {
-            Fiber &f = fibers[lo + i];
-            if (!f.done && f.at.kind == kRunnable) run_thread(lo + i);
-        }
-        int first = -1;   /* a lane at a warp-level op */
-        for (int t = lo; t < hi && first < 0; t++)
-            if (!fibers[t].done && fibers[t].at.kind == kWarpSync) first = t;
-        if (first < 0) return;   /* all at a __syncthreads() or exited */
-        const SyncSite &s = fibers[first].at;
-        if (hi - lo < 32) sync_fail(first, "warp-level op in a warp of fewer than 32 threads", s);
-        for (int t = lo; t < hi; t++) {
-            if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", s);
-            if (!same_site(fibers[t].at, s)) sync_fail(t, "lanes of one warp at different barriers", s);
-        }
-        for (int t = lo; t < hi; t++) fibers[t].at.kind = kRunnable;
+    next_order(lanes, hi - lo);
+    for (int i : lanes) {
+        Fiber &f = fibers[lo + i];
+        if (!f.done && f.at.kind == kRunnable) run_thread(lo + i);
+    }
+    int first = -1;   /* a lane at a warp-level op */
+    for (int t = lo; t < hi && first < 0; t++)
+        if (!fibers[t].done && fibers[t].at.kind == kWarpSync) first = t;
+    if (first < 0) return 1;
+    const SyncSite &s = fibers[first].at;
+    if (hi - lo < 32) sync_fail(first, "warp-level op in a warp of fewer than 32 threads", s);
+    for (int t = lo; t < hi; t++) {
+        if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", s);
+        if (!same_site(fibers[t].at, s)) sync_fail(t, "lanes of one warp at different barriers", s);
+    }
+    for (int t = lo; t < hi; t++) fibers[t].at.kind = kRunnable;
+    return 0;
+}
+
+/* Runs the warps of a block until all are parked (see warp_step). Forward and reverse: one
+ * warp at a time, each as far as it goes (the most skew between warps). Shuffle: a randomly
+ * drawn unparked warp takes one step at a time, so that warps interleave at their warp-level
+ * barriers too (a warp's write landing between another warp's write and its read back). */
+inline void run_warps(int nwarps, int n) {
+    static std::vector<int> warps;
+    if (schedule.order != kShuffle) {
+        next_order(warps, nwarps);
+        for (int w : warps)
+            while (!warp_step(w, n)) {
+            }
+        return;
+    }
+    warps.resize(nwarps);
+    for (int w = 0; w < nwarps; w++) warps[w] = w;
+    int active = nwarps;   /* warps[0 .. active) are not parked */
+    while (active > 0) {
+        const int k = (int)(next_random(&launch_state) % (uint64_t)active);
+        if (warp_step(warps[k], n)) std::swap(warps[k], warps[--active]);
     }
 }
 
-/* Runs one block: warps in the schedule's order, each as far as it goes; then every thread
+/* Runs one block: the warps until all are parked (run_warps); then every thread
  * must wait at the same __syncthreads() (CUDA: only in code uniform across the block; an
  * early return before it counts as divergence), which releases them all. Otherwise the
  * emulation would pass a barrier the hardware would hang at or treat as undefined. */
 inline void run_block(int nthreads, std::function<void()> &fn) {
-    static std::vector<int> warps;
     body = &fn;
     if (fibers.size() < (size_t)nthreads) {
         size_t old = fibers.size();
@@ -414,8 +439,7 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
     }
     const int nwarps = (nthreads + 31) / 32;
     for (;;) {
-        next_order(warps, nwarps);
-        for (int w : warps) run_warp(w, nthreads);
+        run_warps(nwarps, nthreads);
         int first = -1;
         for (int t = 0; t < nthreads && first < 0; t++)
             if (!fibers[t].done) first = t;
@@ -439,7 +463,7 @@ inline int linear_tid(void) {
 }  // namespace mha_emu
 
 namespace mha_emu {
-/* Yields to the scheduler, recording where the thread waits (see run_warp and run_block). */
+/* Yields to the scheduler, recording where the thread waits (see warp_step and run_block). */
 inline void barrier(int kind, const char *file, int line) {
     Fiber &f = fibers[cur];
     f.at = SyncSite{file, line, kind};
@@ -467,7 +491,7 @@ inline T shfl_xor(unsigned int mask, T v, int lane_mask, const char *file, int l
 #define __syncthreads() mha_emu::barrier(mha_emu::kBlockSync, __FILE__, __LINE__)
 #define __shfl_xor_sync(mask, v, lane_mask) \
     mha_emu::shfl_xor((mask), (v), (lane_mask), __FILE__, __LINE__)
-/* The warp-level barrier: run_warp requires all 32 lanes of the warp at the same one. */
+/* The warp-level barrier: warp_step requires all 32 lanes of the warp at the same one. */
 #define __syncwarp(...) mha_emu::barrier(mha_emu::kWarpSync, __FILE__, __LINE__)
 
 #define MHA_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(mha_emu::dyn_smem)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <vector>
 
 #define NT 64   /* threads per block: two warps */
 
@@ -60,6 +61,25 @@ __global__ void reuse_tile(float *out, int top_sync) {
         __syncwarp();
     }
     out[t] = acc;
+}
+
+/* Each warp writes its own slots and reads them back (a __syncwarp() between), then, with
+ * only a __syncwarp() (overlap = 1) instead of a __syncthreads() (0) before it, writes
+ * scratch over the other warp's slots, as a staging buffer laid over other warps' rows would.
+ * The race shows only when the other warp's write falls between a warp's write and its
+ * read: the interleaving of MHA_EMU_ORDER=shuffle (run on many blocks). */
+__global__ void overlapping_staging(float *out, int overlap) {
+    MHA_DYNAMIC_SMEM(float, s);
+    const int t = threadIdx.x, other = (t + 32) % NT;
+    s[t] = (float)(t + 1);
+    __syncwarp();
+    const float mine = s[t ^ 1];   /* a neighbour lane's write: needs the __syncwarp() */
+    __syncwarp();
+    if (overlap) __syncwarp();
+    else __syncthreads();
+    s[other] = -1.0f;
+    __syncwarp();
+    out[blockIdx.x * NT + t] = mine;
 }
 
 /* Block b reads what block b - 1 wrote in the same launch: order-dependent. */
@@ -127,6 +147,26 @@ int main(void) {
                [](int t) { return (float)(((t & ~31) | (31 - (t & 31))) + 1); });
     check_race("tile reuse, no top barrier", reuse_tile, 0, 1,
                [](int t) { return (float)(0 + 100 + 200 + 3 * (NT - 1 - t)); });
+
+    /* interleaved warps: only the shuffle order shows this one (64 blocks) */
+    {
+        const int nb = 64;
+        std::vector<float> out((size_t)nb * NT);
+        const auto want = [](int i) { return (float)(((i % NT) ^ 1) + 1); };
+        int wrong_racy = 0;
+        for (mha_emu::Order o : kOrders) {
+            set_order(o);
+            mha_launch(overlapping_staging, nb, NT, NT * sizeof(float))(out.data(), 0);
+            CHECK(all_equal(out.data(), nb * NT, want), "staging, race-free version: wrong in order %s",
+                  order_name(o));
+            mha_launch(overlapping_staging, nb, NT, NT * sizeof(float))(out.data(), 1);
+            const bool ok = all_equal(out.data(), nb * NT, want);
+            printf("  %-28s racy version, %-7s: %s\n", "staging over another warp", order_name(o),
+                   ok ? "right (race not shown)" : "wrong (race shown)");
+            if (o == mha_emu::kShuffle) wrong_racy = !ok;
+        }
+        CHECK(wrong_racy, "the staging race did not show in the shuffle order");
+    }
 
     /* blocks: forward gives 1, 2, 3, ...; reverse or shuffled reads unwritten (NaN) memory */
     int wrong = 0;
