@@ -409,6 +409,7 @@ int main(void) {
 
     test_embed(3, 9, 16, 11, 1);
     test_embed(2, 5, 7, 3, 0);
+    test_embed(2, 5, 70, 3, 0);   /* C > 32: the token-gradient kernel loops over column blocks */
     if (emu) test_embed(5, 500, 24, 50, 1);   /* N = 2500: one global merge step */
     else test_embed(8, 600, 40, 50, 1);       /* N = 4800: the sort's global merge steps */
     if (!emu) test_embed(4, 1024, 33, 3000, 1);
