@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Dropout sites draw independent streams from the step's seed. */
@@ -26,7 +27,7 @@ static void dropout_grad(const Backend *be, float *dinp, const float *dout, size
 typedef struct { const Backend *be; size_t bytes, total; int failed; } Allocator;
 
 static void *alloc_or_flag(Allocator *a, size_t bytes) {
-    a->total += bytes;
+    a->total = bytes > SIZE_MAX - a->total ? SIZE_MAX : a->total + bytes;
     if (a->failed || bytes == 0) return NULL;
     void *p = a->be->alloc(bytes);
     if (!p) { a->failed = 1; a->bytes = bytes; }
@@ -77,7 +78,10 @@ static void alloc_forward(Model *m, Allocator *A) {
     m->losses = alloc_or_flag(A, Bmax * fl);
     m->h_probs = malloc(Bmax * K * fl);
     m->h_losses = malloc(Bmax * fl);
-    if (!m->acts || !m->h_probs || !m->h_losses) A->failed = 1;
+    if (!A->failed && (!m->acts || !m->h_probs || !m->h_losses)) {   /* host memory */
+        A->failed = 1;
+        A->bytes = Bmax * K * fl;
+    }
 }
 
 /* The backward pass's gradient scratch (dx to dlogits). */
@@ -95,12 +99,16 @@ static void alloc_backward(Model *m, Allocator *A) {
     m->dlogits = alloc_or_flag(A, Bmax * K * fl);
 }
 
-/* bytes as "12.3 MiB", "4.0 GiB" or "1.5 TiB" */
+/* bytes as "512 bytes", "12.3 KiB", "4.0 GiB", "1.5 TiB" ... */
 static const char *human_bytes(char *buf, size_t len, size_t bytes) {
-    static const char *unit[] = {"MiB", "GiB", "TiB"};
-    double v = bytes / 1048576.0;
+    static const char *unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%zu bytes", bytes);
+        return buf;
+    }
+    double v = bytes / 1024.0;
     int u = 0;
-    while (v >= 1024.0 && u < 2) { v /= 1024.0; u++; }
+    while (v >= 1023.95 && u < 5) { v /= 1024.0; u++; }
     snprintf(buf, len, "%.1f %s", v, unit[u]);
     return buf;
 }

@@ -15,7 +15,14 @@
 #include <stdio.h>
 
 /* ---- memory: host memory, 64-byte aligned ---- */
-static void *cpu_alloc(size_t bytes) { return mha_cpu_aligned_alloc(bytes); }
+/* A buffer larger than the machine's memory is refused at once, whatever the kernel's
+ * overcommit policy would allow (an address range that large would only be touched into
+ * swapping or the OOM killer later), so the caller's out-of-memory error comes first. */
+static void *cpu_alloc(size_t bytes) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes / (size_t)page > (size_t)pages) return NULL;
+    return mha_cpu_aligned_alloc(bytes);
+}
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memcpy(dst, src, bytes);

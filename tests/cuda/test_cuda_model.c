@@ -105,9 +105,9 @@ static void compare_model(const Backend *gpu, const Backend *cpu, const char *no
 /* A model too large for the device: model_create fails with a runtime error (exit code 1)
  * that says how much was asked and which settings to lower, and frees what it took; the
  * backend still works afterwards (out of memory is not a sticky CUDA error). 2^15 x 2^15
- * tokens at d_model 64: one activation buffer alone is 256 GiB, beyond any current GPU (a
- * real one allocates the smaller buffers, some 4 GiB each, before failing; the emulated device
- * has 1 GiB). */
+ * tokens at d_model 64: one activation buffer alone is 256 GiB, beyond an H200's 141 GB (it
+ * allocates the token ids, 4 GiB, and the parameters first, writing none of them; the
+ * emulated device has 1 GiB and refuses the ids already). */
 static void test_out_of_memory(const Backend *gpu) {
     Config c;
     config_defaults(&c);

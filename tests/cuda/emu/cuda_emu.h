@@ -388,7 +388,10 @@ inline int warp_step(int w, int n) {
     if (hi - lo < 32) sync_fail(first, "warp-level op in a warp of fewer than 32 threads", s);
     for (int t = lo; t < hi; t++) {
         if (fibers[t].done) sync_fail(t, "exited while lanes of its warp wait at a warp-level op", s);
-        if (!same_site(fibers[t].at, s)) sync_fail(t, "lanes of one warp at different barriers", s);
+        if (!same_site(fibers[t].at, s)) {
+            fprintf(stderr, "cuda_emu: thread %d waits at a warp-level op at %s:%d\n", first, s.file, s.line);
+            sync_fail(t, "lanes of one warp at different barriers", fibers[t].at);
+        }
     }
     for (int t = lo; t < hi; t++) fibers[t].at.kind = kRunnable;
     return 0;
@@ -423,6 +426,9 @@ inline void run_warps(int nwarps, int n) {
 inline void run_block(int nthreads, std::function<void()> &fn) {
     body = &fn;
     if (fibers.size() < (size_t)nthreads) {
+        /* never reallocated (a moved ucontext_t keeps pointers into its old copy): the
+         * launcher allows at most 1024 threads per block */
+        fibers.reserve(1024);
         size_t old = fibers.size();
         fibers.resize(nthreads);
         for (size_t t = old; t < (size_t)nthreads; t++) getcontext(&fibers[t].ctx);   /* once */
@@ -448,8 +454,9 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
         for (int t = 0; t < nthreads; t++) {
             if (fibers[t].done) sync_fail(t, "exited while other threads wait at a barrier", s);
             if (!same_site(fibers[t].at, s)) {
-                fprintf(stderr, "cuda_emu: thread %d waits at %s:%d\n", t, fibers[t].at.file,
-                        fibers[t].at.line);
+                fprintf(stderr, "cuda_emu: thread %d waits at %s at %s:%d\n", t,
+                        fibers[t].at.kind == kBlockSync ? "__syncthreads" : "a warp-level op",
+                        fibers[t].at.file, fibers[t].at.line);
                 sync_fail(first, "threads of the block wait at different barriers", s);
             }
         }
