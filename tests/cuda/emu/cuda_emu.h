@@ -354,7 +354,10 @@ struct BlockOrder {
     }
 };
 
-/* Starts a launch: the shuffle generator from the seed and the launch's number. */
+/* Starts a launch: the shuffle generator from the seed and the launch's number. The number
+ * counts every launch of the process, so a failure seen under shuffle repeats when the same
+ * test binary runs again with the same seed, but not necessarily under MHA_TEST_FILTER (fewer
+ * launches before it): rerun the whole binary, or try other seeds with the filter. */
 inline void begin_launch(void) {
     static uint64_t launches = 0;
     launch_state = schedule.seed * 0x100000001b3ull + ++launches;
