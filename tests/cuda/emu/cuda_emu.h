@@ -230,7 +230,7 @@ inline cudaError_t cudaFuncSetAttribute(K kernel, cudaFuncAttribute a, int v) {
 namespace mha_emu {
 /* Where a thread waits: a __syncthreads() (block-wide), or a warp-level operation (shuffle,
  * __syncwarp, wmma::mma_sync: the lanes of its warp); see warp_step and run_block. */
-enum SyncKind { kBlockSync, kWarpSync };
+enum SyncKind { kBlockSync, kWarpSync, kRunnable /* not waiting: free to run */ };
 struct SyncSite {
     const char *file;
     int line;
@@ -362,8 +362,6 @@ inline void begin_launch(void) {
     static uint64_t launches = 0;
     launch_state = schedule.seed * 0x100000001b3ull + ++launches;
 }
-
-enum { kRunnable = 2 };   /* SyncSite.kind of a thread free to run */
 
 inline void run_thread(int t) {
     cur = t;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <vector>
 
 #define NT 64   /* threads per block: two warps */
@@ -34,7 +35,7 @@ __global__ void exchange_across_warps(float *out, int sync) {
     s[t] = (float)(t + 1);
     if (sync == 2) __syncthreads();
     if (sync == 1) __syncwarp();
-    out[t] = s[(t + 32) % NT];
+    out[blockIdx.x * NT + t] = s[(t + 32) % NT];
 }
 
 /* Within one warp: lane l reads lane 31 - l's write, with or without a __syncwarp(). */
@@ -43,7 +44,7 @@ __global__ void exchange_within_warp(float *out, int sync) {
     const int t = threadIdx.x;
     s[t] = (float)(t + 1);
     if (sync) __syncwarp();
-    out[t] = s[(t & ~31) | (31 - (t & 31))];
+    out[blockIdx.x * NT + t] = s[(t & ~31) | (31 - (t & 31))];
 }
 
 /* A tile reused in a loop: the fix for the race here is the __syncthreads() at the top of the
@@ -60,7 +61,7 @@ __global__ void reuse_tile(float *out, int top_sync) {
         acc += s[NT - 1 - t];   /* the other warp's element of this iteration's tile */
         __syncwarp();
     }
-    out[t] = acc;
+    out[blockIdx.x * NT + t] = acc;
 }
 
 /* Each warp writes its own slots and reads them back (a __syncwarp() between), then, with
@@ -119,23 +120,29 @@ static bool all_equal(const float *out, int n, F want) {
     return true;
 }
 
-/* The kernel KERNEL(out, variant): racy variant wrong in some order, safe variant right in all. */
+/* The kernel KERNEL(out, variant) on NB blocks: the race-free variant is right in every order;
+ * the racy one is wrong in some order, or (shuffle_only) in the shuffle order. The result of
+ * thread t of block b is out[b * NT + t], expected want(t). */
 template <class F>
-static void check_race(const char *name, void (*kernel)(float *, int), int racy, int safe, F want) {
-    float out[NT];
-    int wrong_racy = 0;
+static void check_race(const char *name, void (*kernel)(float *, int), int racy, int safe, F want,
+                       int nb = 1, bool shuffle_only = false) {
+    std::vector<float> out((size_t)nb * NT);
+    const auto want_all = [&](int i) { return want(i % NT); };
+    int shown = 0;
     for (mha_emu::Order o : kOrders) {
         set_order(o);
-        memset(out, 0, sizeof out);
-        mha_launch(kernel, 1, NT, NT * sizeof(float))(out, safe);
-        CHECK(all_equal(out, NT, want), "%s, race-free version: wrong in order %s", name, order_name(o));
-        memset(out, 0, sizeof out);
-        mha_launch(kernel, 1, NT, NT * sizeof(float))(out, racy);
-        const bool ok = all_equal(out, NT, want);
-        wrong_racy += !ok;
+        std::fill(out.begin(), out.end(), 0.0f);
+        mha_launch(kernel, nb, NT, NT * sizeof(float))(out.data(), safe);
+        CHECK(all_equal(out.data(), nb * NT, want_all), "%s, race-free version: wrong in order %s", name,
+              order_name(o));
+        std::fill(out.begin(), out.end(), 0.0f);
+        mha_launch(kernel, nb, NT, NT * sizeof(float))(out.data(), racy);
+        const bool ok = all_equal(out.data(), nb * NT, want_all);
+        if (!ok && (!shuffle_only || o == mha_emu::kShuffle)) shown++;
         printf("  %-28s racy version, %-7s: %s\n", name, order_name(o), ok ? "right (race not shown)" : "wrong (race shown)");
     }
-    CHECK(wrong_racy > 0, "%s: the planted race gave the right result in every order", name);
+    CHECK(shown > 0, "%s: the planted race gave the right result in %s", name,
+          shuffle_only ? "the shuffle order" : "every order");
 }
 
 int main(void) {
@@ -149,24 +156,8 @@ int main(void) {
                [](int t) { return (float)(0 + 100 + 200 + 3 * (NT - 1 - t)); });
 
     /* interleaved warps: only the shuffle order shows this one (64 blocks) */
-    {
-        const int nb = 64;
-        std::vector<float> out((size_t)nb * NT);
-        const auto want = [](int i) { return (float)(((i % NT) ^ 1) + 1); };
-        int wrong_racy = 0;
-        for (mha_emu::Order o : kOrders) {
-            set_order(o);
-            mha_launch(overlapping_staging, nb, NT, NT * sizeof(float))(out.data(), 0);
-            CHECK(all_equal(out.data(), nb * NT, want), "staging, race-free version: wrong in order %s",
-                  order_name(o));
-            mha_launch(overlapping_staging, nb, NT, NT * sizeof(float))(out.data(), 1);
-            const bool ok = all_equal(out.data(), nb * NT, want);
-            printf("  %-28s racy version, %-7s: %s\n", "staging over another warp", order_name(o),
-                   ok ? "right (race not shown)" : "wrong (race shown)");
-            if (o == mha_emu::kShuffle) wrong_racy = !ok;
-        }
-        CHECK(wrong_racy, "the staging race did not show in the shuffle order");
-    }
+    check_race("staging over another warp", overlapping_staging, 1, 0,
+               [](int t) { return (float)((t ^ 1) + 1); }, 64, true);
 
     /* blocks: forward gives 1, 2, 3, ...; reverse or shuffled reads unwritten (NaN) memory */
     int wrong = 0;
