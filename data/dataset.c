@@ -9,6 +9,7 @@
  * spaces. The training file is read once: tokens are interned into a VocabCounter while
  * reading, then the vocabulary is built and the interned indices are mapped to ids. */
 #include "data/dataset.h"
+#include "data/json_syntax.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -61,10 +62,16 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
     size_t room = strlen(line) + 1;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithOpts(line, &end, 1);
-    if (!j)
+    if (!j) {
+        size_t n = room - 1, at = end && end >= line && end <= line + n ? (size_t)(end - line) : 0;
+        const char *expected = "JSON that cJSON can parse";
+        json_syntax_check(line, n, &at, &expected);   /* keeps cJSON's answer if it passes */
+        char near[32];
+        json_excerpt(near, line, n, at);
         return mha_fail(err, MHA_EXIT_DATA,
-                        "bad JSON at byte offset %ld (expected one JSON object per line: " JSON_SHAPE ")",
-                        end ? (long)(end - line) : 0L);
+                        "bad JSON at byte offset %zu%s%s%s (expected %s); each line holds one JSON "
+                        "object " JSON_SHAPE, at, *near ? " near '" : "", near, *near ? "'" : "", expected);
+    }
     int rc = 0;
     char num[32];
     const char *ls = NULL, *ts = NULL;

@@ -226,9 +226,17 @@ static void test_errors(void) {
     CHECK(train_fails(p, o, msg("%s:1: empty label after __label__ (expected '__label__LABEL text')", p), 0),
           "fasttext empty label");
     p = PUT("bad.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n{\"label\": \"a\", \"text\": \"x\"\n");
-    CHECK(train_fails(p, o, msg("%s:2: bad JSON at byte offset", p), 1), "bad JSON");
+    CHECK(train_fails(p, o, msg("%s:2: bad JSON at byte offset 26 (expected ',' or '}'); each line "
+                                "holds one JSON object {\"label\": ..., \"text\": ...}", p), 0),
+          "bad JSON: where and what was expected");
+    p = PUT("comma.jsonl", "{\"label\": \"a\", \"text\": \"x\",}\n");
+    CHECK(train_fails(p, o, msg("%s:1: bad JSON at byte offset 27 near '}' (expected another \"key\" "
+                                "after ','; JSON has no trailing commas)", p), 1),
+          "bad JSON: trailing comma");
     p = PUT("trail.jsonl", "{\"label\": \"a\", \"text\": \"x\"} x\n");
-    CHECK(train_fails(p, o, msg("%s:1: bad JSON", p), 1), "trailing garbage");
+    CHECK(train_fails(p, o, msg("%s:1: bad JSON at byte offset 28 near 'x' (expected nothing after the "
+                                "top-level value)", p), 1),
+          "trailing garbage");
     p = PUT("arr.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n[1]\n");
     CHECK(train_fails(p, opts(FORMAT_JSONL), msg("%s:2: the line is an array (expected a JSON object", p), 1),
           "not an object");

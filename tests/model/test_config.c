@@ -313,7 +313,7 @@ static void test_invalid_json(void) {
     CHECK(load_text(&c, "", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "c.json:1: invalid JSON at end of file");
     CHECK(load_text(&c, "{} x", NULL, 0, &e) == MHA_EXIT_USAGE);
-    CHECK_MSG(e, "invalid JSON near 'x' (expected end of file");
+    CHECK_MSG(e, "invalid JSON near 'x' (expected nothing after the top-level value)");
     CHECK(load_text(&c, "{\"data\": {\"train\": \"t\n\"}}", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "c.json:1: invalid JSON near '\"t'");
     /* a byte order mark is accepted */
