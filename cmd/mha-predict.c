@@ -159,7 +159,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         precision = "bf16";  /* the table int8 builds on, and the fallback */
     }
     if (precision) snprintf(p->cfg.precision, sizeof p->cfg.precision, "%s", precision);
-    if (!be && (rc = select_backend(&p->cfg, &be, err))) return rc;
+    if (!be && (rc = select_backend(&p->cfg, &be, "--device", err))) return rc;
     ModelDims d;
     model_dims_from_config(&d, &p->cfg, vocab_size(p->ck.vocab), p->ck.labels.n);
     d.dropout = d.attn_dropout = 0.0f;
@@ -171,7 +171,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
     config_read_options(&p->cfg, &p->ro);
-    p->ro.tok.replace_invalid = 1;  /* prediction never stops on a bad byte */
+    p->ro.format = FORMAT_AUTO;     /* the input's own format, whatever the training file's was */
     p->add_cls = strcmp(p->cfg.pooling, "cls") == 0;
     p->truncate = strcmp(p->cfg.truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
     return 0;
@@ -185,7 +185,8 @@ static void free_predictor(Predictor *p) {
 /* A growing dataset of unlabelled examples for one chunk of input lines. */
 typedef struct { Dataset ds; int cap_n; int64_t cap_ids; TokenList toks; } Chunk;
 
-static void chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to) {
+/* Appends one line's tokens; returns how many of them the vocabulary knows. */
+static int chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to) {
     MhaError e;
     if (c->ds.n + 1 > c->cap_n) {
         c->cap_n = c->cap_n ? c->cap_n * 2 : 256;
@@ -201,12 +202,16 @@ static void chunk_add(Chunk *c, const Vocab *v, const char *text, const Tokenize
         c->cap_ids = (at + c->toks.n) * 2 + 1024;
         c->ds.ids = realloc(c->ds.ids, (size_t)c->cap_ids * sizeof *c->ds.ids);
     }
-    for (int i = 0; i < c->toks.n; i++)
+    int known = 0;
+    for (int i = 0; i < c->toks.n; i++) {
         c->ds.ids[at + i] = vocab_lookup(v, c->toks.text + c->toks.start[i], c->toks.len[i]);
+        known += c->ds.ids[at + i] != VOCAB_UNK;
+    }
     c->ds.labels[c->ds.n] = -1;
     c->ds.line_no[c->ds.n] = c->ds.n + 1;
     c->ds.offsets[c->ds.n + 1] = at + c->toks.n;
     c->ds.n++;
+    return known;
 }
 
 /* Per chunk: the tokens and attention weights of each example as JSON, by index. */
@@ -244,6 +249,10 @@ static void attention_sink(void *ctx, const Model *m, const Batch *b, int row, c
     a->items[b->index[row]] = o;
 }
 
+/* A probability with the 6 decimals the tsv output prints (a float printed as a double
+ * would show digits that mean nothing: 0.99999904632568359). */
+static double round6(float p) { return round((double)p * 1e6) / 1e6; }
+
 typedef struct { int k; float p; } Ranked;
 static int by_prob_desc(const void *a, const void *b) {
     float x = ((const Ranked *)a)->p, y = ((const Ranked *)b)->p;
@@ -264,12 +273,12 @@ static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, i
         if (jsonl) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "label", p->ck.labels.names[r[0].k]);
-            cJSON_AddNumberToObject(o, "prob", r[0].p);
+            cJSON_AddNumberToObject(o, "prob", round6(r[0].p));
             cJSON *top = cJSON_AddArrayToObject(o, "top");
             for (int j = 0; j < n; j++) {
                 cJSON *t = cJSON_CreateObject();
                 cJSON_AddStringToObject(t, "label", p->ck.labels.names[r[j].k]);
-                cJSON_AddNumberToObject(t, "prob", r[j].p);
+                cJSON_AddNumberToObject(t, "prob", round6(r[j].p));
                 cJSON_AddItemToArray(top, t);
             }
             if (dump.items && dump.items[i]) {
@@ -311,7 +320,9 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     memset(&c, 0, sizeof c);
     float *probs = malloc((size_t)CHUNK_LINES * p->model.d.K * sizeof(float));
     int format = p->ro.format == FORMAT_AUTO ? -1 : p->ro.format;
-    long line_no = 0, truncated_lines = 0, nul_lines = 0;
+    long line_no = 0, truncated_lines = 0, nul_lines = 0, bad_utf8_lines = 0, unknown_lines = 0;
+    TokenizerOptions tok = p->ro.tok;
+    tok.replace_invalid = 1;   /* prediction never stops on a bad byte: it says so on stderr */
     int truncated, write_failed = 0;
     long len;
     MhaError e;
@@ -328,11 +339,15 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             line += 3;
         size_t ll = strlen(line);
         if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
+        if (utf8_check(line, ll) < ll && bad_utf8_lines++ == 0)
+            fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
+                    "model expects UTF-8: if the input is GBK, convert it with iconv -f GBK -t UTF-8); "
+                    "further such lines are counted\n", name, line_no);
         if (format < 0 && line[0]) format = detect_format(line);
         char *label = NULL, *text = line;
         if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
             text = line;  /* not in the detected format: take the whole line as text */
-        chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok);
+        unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &tok) == 0;
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
         if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !reader_ready(lr)) {
             write_predictions(p, &c, probs, top_k, jsonl);
@@ -348,6 +363,12 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     if (truncated_lines)
         fprintf(stderr, "mha-predict: %s: %ld lines longer than %d bytes were truncated\n", name,
                 truncated_lines, p->ro.max_line_bytes);
+    if (bad_utf8_lines)
+        fprintf(stderr, "mha-predict: %s: %ld of %ld lines held invalid UTF-8\n", name, bad_utf8_lines,
+                line_no);
+    if (unknown_lines)
+        fprintf(stderr, "mha-predict: %s: %ld of %ld lines had no character the model knows (empty, or "
+                "all out of vocabulary): their labels are guesses\n", name, unknown_lines, line_no);
     if (lr->fd != STDIN_FILENO) close(lr->fd);
     int read_error = lr->error;
     free(lr->line);
@@ -368,6 +389,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
 static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     Dataset ds;
     int rc = dataset_load(path, &p->ro, p->ck.vocab, &p->ck.labels, &ds, err);
+    /* the reader's advice names a training key; here the fix is to convert the file */
+    static const char advice[] = "; set data.replace_invalid=true to replace bad bytes with U+FFFD)";
+    char *at = rc ? strstr(err->msg, advice) : NULL;
+    if (at) snprintf(at, sizeof err->msg - (size_t)(at - err->msg), "; convert the file, e.g. iconv -f GBK -t UTF-8)");
     if (rc) return rc;
     if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", path); }
     Metrics m;
@@ -389,12 +414,18 @@ int main(int argc, char **argv) {
     mha_cpu_prefer_passive_wait(argv);
     const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu", *precision = NULL;
     int top_k = 1, json = 0, batch_size = 64, threads = 0, attention = 0;
+    const char *prediction_option = NULL;   /* an option that only predictions take */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--attention")) { attention = 1; continue; }
-        if (!strcmp(a, "-")) { input = a; continue; }
+        if (!strcmp(a, "-")) {
+            if (input) return usage_error("more than one input file given ('%s')", a);
+            input = a;
+            continue;
+        }
+        if (a[0] == '-' && a[1] != '-') return usage_error("unknown option '%s' (options are spelled --name)", a);
         if (a[0] == '-' && a[1] == '-') {
             const char *opts[] = {"--model", "--top-k", "--format", "--eval", "--batch-size", "--threads", "--device", "--precision"};
             int known = 0;
@@ -406,8 +437,11 @@ int main(int argc, char **argv) {
             else if (!strcmp(a, "--eval")) eval = v;
             else if (!strcmp(a, "--device")) device = v;
             else if (!strcmp(a, "--precision")) precision = v;
-            else if (!strcmp(a, "--format")) format = v;
-            else if (!strcmp(a, "--top-k") && parse_int(v, 1, &top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
+            else if (!strcmp(a, "--format")) { format = v; prediction_option = a; }
+            else if (!strcmp(a, "--top-k")) {
+                prediction_option = a;
+                if (parse_int(v, 1, &top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
+            }
             else if (!strcmp(a, "--batch-size") && parse_int(v, 1, &batch_size)) return usage_error("--batch-size '%s': expected a positive integer", v);
             else if (!strcmp(a, "--threads") && parse_int(v, 0, &threads)) return usage_error("--threads '%s': expected a non-negative integer", v);
             continue;
@@ -424,6 +458,8 @@ int main(int argc, char **argv) {
         return usage_error("--precision int8 runs on the cpu only (drop --device %s)", device);
     if (eval && input) return usage_error("--eval reads its own file; drop the extra input '%s'", input);
     if (attention && eval) return usage_error("%s", "--attention goes with predictions, not --eval");
+    if (prediction_option && eval)
+        return usage_error("%s goes with predictions, not --eval (--json gives the report as JSON)", prediction_option);
     if (attention) format = "jsonl";
     if (json && !eval) return usage_error("%s", "--json goes with --eval (use --format jsonl for predictions)");
 

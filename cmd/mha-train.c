@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: mha-train --config FILE [--set key=value ...] [--max-steps N] [--quiet]\n"
+            "usage: mha-train --config FILE [--set key=value ...] [--overwrite] [--max-steps N] [--quiet]\n"
             "       mha-train --resume OUTPUT_DIR/last.mha [--max-steps N] [--quiet]\n"
             "\n"
             "Trains a Transformer text classifier described by a JSON config (sections data,\n"
@@ -20,10 +20,12 @@ static void usage(FILE *f) {
             "dev), OUTPUT_DIR/last.mha (resumable state) and OUTPUT_DIR/metrics.jsonl.\n"
             "\n"
             "  --config FILE      JSON config; paths inside are relative to its folder\n"
-            "  --set key=value    override a config key, e.g. --set train.lr=3e-4 (repeatable)\n"
-            "  --resume FILE      continue a run from its last.mha\n"
+            "  --set key=value    override a config key, e.g. --set train.lr=3e-4 (repeatable);\n"
+            "                     paths are relative to the working directory\n"
+            "  --overwrite        start over in an output.dir that holds a run (else refused)\n"
+            "  --resume FILE      continue a run from its last.mha, in the folder that holds it\n"
             "  --max-steps N      stop after N updates in total, saving last.mha\n"
-            "  --quiet            no progress lines\n"
+            "  --quiet            no resolved config and no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
             "  -h, --help         this text, then every config key\n"
             "\n");
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         else if (!strcmp(a, "--quiet")) opt.quiet = 1;
+        else if (!strcmp(a, "--overwrite")) opt.overwrite = 1;
         else if (!strcmp(a, "--profile")) opt.profile = 1;
         else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
@@ -70,6 +73,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!config_path && !opt.resume_path) { free(sets); return usage_error("%s", "missing --config FILE"); }
+    if (opt.resume_path && opt.overwrite) {
+        free(sets);
+        return usage_error("%s", "--overwrite starts a new run; --resume continues one: use one of them");
+    }
     if (opt.resume_path && (config_path || n_sets)) {
         free(sets);
         return usage_error("%s", "--resume continues with the config stored in the checkpoint; "

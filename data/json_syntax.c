@@ -3,6 +3,7 @@
  * error and names what was expected there. */
 #include "data/json_syntax.h"
 
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
@@ -11,6 +12,11 @@ typedef struct {
     size_t err_at;
     const char *expected;
     int depth;
+    /* json_member_line: the key sought (member `want_sub` of the top-level object's member
+     * `want_top`, or that member itself when want_sub < 0), the top-level member being
+     * scanned, and where the sought key starts (SIZE_MAX: not found) */
+    int want_top, want_sub, cur_top;
+    size_t found_at;
 } Scan;
 
 static int scan_fail(Scan *sc, size_t at, const char *expected) {
@@ -90,13 +96,18 @@ static int scan_container(Scan *sc, char close) {
     if (++sc->depth > 512) return scan_fail(sc, sc->i - 1, "less deeply nested data");
     scan_ws(sc);
     if (sc->i < sc->n && sc->s[sc->i] == close) { sc->i++; sc->depth--; return 0; }
-    for (int first = 1;; first = 0) {
+    for (int member = 0;; member++) {
+        const int first = member == 0;
         scan_ws(sc);
         if (close == '}') {
             if (sc->i >= sc->n || sc->s[sc->i] != '"')
                 return scan_fail(sc, sc->i, (!first && sc->i < sc->n && sc->s[sc->i] == '}')
                                                 ? "another \"key\" after ','; JSON has no trailing commas"
                                                 : "a \"key\" in double quotes");
+            if (sc->depth == 1) sc->cur_top = member;
+            if ((sc->depth == 1 && sc->want_sub < 0 && member == sc->want_top) ||
+                (sc->depth == 2 && sc->cur_top == sc->want_top && member == sc->want_sub))
+                sc->found_at = sc->i;
             if (scan_string(sc)) return -1;
             scan_ws(sc);
             if (sc->i >= sc->n || sc->s[sc->i] != ':')
@@ -135,7 +146,7 @@ static int scan_value(Scan *sc) {
 }
 
 int json_syntax_check(const char *text, size_t n, size_t *at, const char **expected) {
-    Scan sc = {text, n, 0, 0, NULL, 0};
+    Scan sc = {text, n, 0, 0, NULL, 0, -1, -1, -1, SIZE_MAX};
     if (scan_value(&sc) == 0) {
         scan_ws(&sc);
         if (sc.i >= sc.n) return 0;
@@ -146,6 +157,15 @@ int json_syntax_check(const char *text, size_t n, size_t *at, const char **expec
     *at = sc.err_at > n ? n : sc.err_at;
     *expected = sc.expected;
     return -1;
+}
+
+int json_member_line(const char *text, size_t n, int top, int sub) {
+    Scan sc = {text, n, 0, 0, NULL, 0, top, sub, -1, SIZE_MAX};
+    scan_value(&sc);   /* a syntax error after the key does not matter */
+    if (sc.found_at == SIZE_MAX) return 0;
+    int line = 1;
+    for (size_t i = 0; i < sc.found_at; i++) line += text[i] == '\n';
+    return line;
 }
 
 void json_excerpt(char out[32], const char *text, size_t n, size_t at) {

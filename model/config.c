@@ -2,7 +2,8 @@
  * type, field offset, default, range or allowed values, help); parsing JSON, --set
  * overrides, validation, help and to_json are all driven by that table.
  * Paths in a config file are relative to the file's folder; paths given with --set
- * are relative to the current working directory (they are used as typed). */
+ * are relative to the current working directory. Both are stored absolute, so that the
+ * config a checkpoint holds means the same from any folder (mha-train --resume). */
 #include "model/config.h"
 #include "data/json_syntax.h"
 
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- key table */
 
@@ -400,6 +402,19 @@ static int resolve_path(char *out, size_t n, const char *dir, const char *rel) {
     return len >= 0 && (size_t)len < n ? 0 : -1;
 }
 
+/* The absolute form of folder dir ("." is the working directory), made textually (no links
+ * resolved, so messages show the folders the user named): paths stored in a run's
+ * checkpoints then mean the same from any working directory (--resume). -1 when the
+ * result does not fit or the working directory cannot be read. */
+static int absolute_dir(char *out, size_t n, const char *dir) {
+    if (dir[0] == '/') return snprintf(out, n, "%s", dir) < (int)n ? 0 : -1;
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return -1;
+    int len = strcmp(dir, ".") == 0 ? snprintf(out, n, "%s", cwd)
+                                    : snprintf(out, n, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", dir);
+    return len >= 0 && (size_t)len < n ? 0 : -1;
+}
+
 static void dir_of(const char *path, char *out, size_t n) {
     const char *slash = strrchr(path, '/');
     if (!slash) { snprintf(out, n, "."); return; }
@@ -485,10 +500,10 @@ static int set_from_json(Config *c, const KeyDesc *k, const cJSON *j, const char
     return 0;
 }
 
-/* A --set value: numbers must be the whole string; paths are used as typed (relative to
- * the current working directory, not to the config file). */
-static int set_from_text(Config *c, const KeyDesc *k, const char *value, const char *loc,
-                         MhaError *err) {
+/* A --set value: numbers must be the whole string; paths are relative to cwd (the
+ * working directory, not the config file's folder). */
+static int set_from_text(Config *c, const KeyDesc *k, const char *value, const char *cwd,
+                         const char *loc, MhaError *err) {
     char *end;
     switch (k->type) {
     case T_INT: {
@@ -521,7 +536,7 @@ static int set_from_text(Config *c, const KeyDesc *k, const char *value, const c
         return 0;
     case T_STR:
     case T_PATH:
-        return set_string(c, k, value, NULL, loc, err);
+        return set_string(c, k, value, k->type == T_PATH ? cwd : NULL, loc, err);
     }
     return 0;
 }
@@ -553,28 +568,44 @@ static cJSON *parse_json(const char *text, size_t n, const char *loc, MhaError *
 
 /* ---------------------------------------------------------------- applying a document */
 
-/* Set every key found in the JSON object root (sections of keys). */
-static int apply_json(Config *c, const cJSON *root, const char *base_dir, const char *loc,
-                      MhaError *err) {
+/* "LOC:LINE" when line > 0, else LOC. */
+static const char *at_line(char *buf, size_t size, const char *loc, int line) {
+    if (line <= 0) return loc;
+    snprintf(buf, size, "%s:%d", loc, line);
+    return buf;
+}
+
+/* Set every key found in the JSON object root (sections of keys), parsed from text. With
+ * key_lines (NKEYS entries, else NULL: no lines) an error names the line of the key it is
+ * about, and key_lines[i] gets the line of key i for later messages (0: absent). */
+static int apply_json(Config *c, const cJSON *root, const char *text, size_t n,
+                      const char *base_dir, const char *loc, int *key_lines, MhaError *err) {
     if (!cJSON_IsObject(root))
         return failf(err, loc, "expected a JSON object with sections data, model, train, "
                      "output, got %s", json_type_name(root));
     unsigned char seen[NKEYS] = {0}, seen_sec[NSECTIONS] = {0};
-    for (const cJSON *sec = root->child; sec; sec = sec->next) {
+    char where[4200];
+    int top = 0;
+    for (const cJSON *sec = root->child; sec; sec = sec->next, top++) {
         const char *sname = sec->string ? sec->string : "";
+        const char *sloc = at_line(where, sizeof where, loc, key_lines ? json_member_line(text, n, top, -1) : 0);
         int s = find_section(sname);
-        if (s < 0) return unknown_section(err, loc, sname);
-        if (seen_sec[s]++) return failf(err, loc, "section '%s' appears twice", sname);
+        if (s < 0) return unknown_section(err, sloc, sname);
+        if (seen_sec[s]++) return failf(err, sloc, "section '%s' appears twice", sname);
         if (!cJSON_IsObject(sec))
-            return failf(err, loc, "section '%s': expected an object, got %s", sname,
+            return failf(err, sloc, "section '%s': expected an object, got %s", sname,
                          json_type_name(sec));
-        for (const cJSON *item = sec->child; item; item = item->next) {
+        int sub = 0;
+        for (const cJSON *item = sec->child; item; item = item->next, sub++) {
             char dotted[160];
             snprintf(dotted, sizeof dotted, "%s.%s", sname, item->string ? item->string : "");
+            int line = key_lines ? json_member_line(text, n, top, sub) : 0;
+            const char *kloc = at_line(where, sizeof where, loc, line);
             int i = find_key(dotted);
-            if (i < 0) return unknown_key(err, loc, dotted);
-            if (seen[i]++) return failf(err, loc, "key '%s' appears twice", dotted);
-            int rc = set_from_json(c, &KEYS[i], item, base_dir, loc, err);
+            if (i < 0) return unknown_key(err, kloc, dotted);
+            if (seen[i]++) return failf(err, kloc, "key '%s' appears twice", dotted);
+            if (key_lines) key_lines[i] = line;
+            int rc = set_from_json(c, &KEYS[i], item, base_dir, kloc, err);
             if (rc) return rc;
         }
     }
@@ -729,18 +760,18 @@ static int read_file(const char *path, char **out, size_t *out_len, MhaError *er
 
 /* Parse text at loc into c (already holding defaults); paths resolve against base_dir. */
 static int apply_text(Config *c, const char *text, size_t n, const char *base_dir,
-                      const char *loc, MhaError *err) {
+                      const char *loc, int *key_lines, MhaError *err) {
     if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {  /* UTF-8 byte order mark */
         char *copy = malloc(n - 2);
         if (!copy) return failf(err, loc, "out of memory");
         memcpy(copy, text + 3, n - 2);  /* includes the terminating NUL */
-        int rc = apply_text(c, copy, n - 3, base_dir, loc, err);
+        int rc = apply_text(c, copy, n - 3, base_dir, loc, key_lines, err);
         free(copy);
         return rc;
     }
     cJSON *root = parse_json(text, n, loc, err);
     if (!root) return MHA_EXIT_USAGE;
-    int rc = apply_json(c, root, base_dir, loc, err);
+    int rc = apply_json(c, root, text, n, base_dir, loc, key_lines, err);
     cJSON_Delete(root);
     return rc;
 }
@@ -752,9 +783,16 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     size_t n = 0;
     int rc = read_file(path, &text, &n, err);
     if (rc) return rc;
-    char base[4096];
-    dir_of(path, base, sizeof base);
-    rc = apply_text(c, text, n, base, path, err);
+    char dir[4096], base[4096], cwd[4096];
+    dir_of(path, dir, sizeof dir);
+    errno = 0;
+    if (absolute_dir(base, sizeof base, dir) != 0 || absolute_dir(cwd, sizeof cwd, ".") != 0) {
+        free(text);
+        return failf(err, path, "cannot tell the absolute path of its folder (%s)",
+                     errno ? strerror(errno) : "path too long");
+    }
+    int key_lines[NKEYS] = {0};
+    rc = apply_text(c, text, n, base, path, key_lines, err);
     free(text);
     if (rc) return rc;
 
@@ -769,7 +807,7 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
         key[eq - ov] = '\0';
         int i = find_key(key);
         if (i < 0) return unknown_key(err, "--set", key);
-        rc = set_from_text(c, &KEYS[i], eq + 1, "--set", err);
+        rc = set_from_text(c, &KEYS[i], eq + 1, cwd, "--set", err);
         if (rc) return rc;
         from_set[i] = 1;
     }
@@ -777,7 +815,11 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     int bad = -1;
     MhaError tmp;
     rc = validate(c, &tmp, &bad);
-    if (rc) return failf(err, bad >= 0 && from_set[bad] ? "--set" : path, "%s", tmp.msg);
+    char where[4200];
+    if (rc)
+        return failf(err, bad >= 0 && from_set[bad] ? "--set"
+                                                    : at_line(where, sizeof where, path, bad >= 0 ? key_lines[bad] : 0),
+                     "%s", tmp.msg);
     return 0;
 }
 
@@ -785,7 +827,7 @@ int config_from_json(Config *c, const char *json, const char *base_dir, MhaError
     const char *loc = "checkpoint config";
     config_defaults(c);
     if (!json) return failf(err, loc, "missing");
-    int rc = apply_text(c, json, strlen(json), base_dir, loc, err);
+    int rc = apply_text(c, json, strlen(json), base_dir, loc, NULL, err);   /* its lines mean nothing to a user */
     if (rc) return rc;
     int bad;
     MhaError tmp;

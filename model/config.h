@@ -55,7 +55,8 @@ typedef struct {
 void config_defaults(Config *c);
 
 /* Load FILE (paths inside are relative to FILE's folder), apply each "key=value"
- * override in order, validate. On error returns MHA_EXIT_USAGE with err filled
+ * override in order (paths relative to the working directory), validate. Paths are
+ * stored absolute. On error returns MHA_EXIT_USAGE with err filled
  * ("FILE: key 'x': expected ... (allowed ...)"; an unknown key suggests the nearest). */
 int config_load(Config *c, const char *path, const char *const *overrides, int n_overrides,
                 MhaError *err);

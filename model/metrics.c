@@ -83,7 +83,7 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
     fprintf(out, "accuracy %.4f  macro-F1 %.4f  loss %.4f  n %ld\n\n", metrics_accuracy(m),
             metrics_macro_f1(m), metrics_loss(m), m->n);
     pad_print(out, "class", w);
-    fprintf(out, "  precision  recall     f1  support\n");
+    fprintf(out, "  precision  recall      f1  support\n");
     for (int k = 0; k < m->K; k++) {
         double p, r, f;
         long s;
@@ -91,14 +91,15 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
         pad_print(out, names[k], w);
         fprintf(out, "  %9.4f  %6.4f  %6.4f  %7ld\n", p, r, f, s);
     }
+    /* rows "INDEX LABEL": the index right-aligned to the widest, the label padded to w */
+    int iw = snprintf(NULL, 0, "%d", m->K > 0 ? m->K - 1 : 0);
     fprintf(out, "\nconfusion matrix (rows: true, columns: predicted)\n");
-    pad_print(out, "", w);
+    pad_print(out, "", iw + 1 + w);
     for (int k = 0; k < m->K; k++) fprintf(out, " %6d", k);
     fputc('\n', out);
     for (int k = 0; k < m->K; k++) {
-        char label[64];
-        snprintf(label, sizeof label, "%d %s", k, names[k]);
-        pad_print(out, label, w + 2 > 9 ? w : w);
+        fprintf(out, "%*d ", iw, k);
+        pad_print(out, names[k], w);
         for (int j = 0; j < m->K; j++) fprintf(out, " %6ld", m->confusion[(size_t)k * m->K + j]);
         fputc('\n', out);
     }

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,7 +50,7 @@ static const Backend *cpu_backend_for(const Config *cfg, int bf16) {
     return mha_cpu_backend(cfg->threads);
 }
 
-int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
+int select_backend(const Config *cfg, const Backend **be, const char *option, MhaError *err) {
     char why[512] = "";
     const int bf16 = strcmp(cfg->precision, "bf16") == 0;
     if (strcmp(cfg->device, "cpu") == 0) {
@@ -58,8 +59,10 @@ int select_backend(const Config *cfg, const Backend **be, MhaError *err) {
     }
     const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
     if (cuda) { *be = cuda; return 0; }
+    if (strcmp(cfg->device, "cuda") == 0 && option[0] == '-')
+        return mha_fail(err, MHA_EXIT_DATA, "%s cuda: %s (use %s cpu or auto)", option, why, option);
     if (strcmp(cfg->device, "cuda") == 0)
-        return mha_fail(err, MHA_EXIT_DATA, "train.device = \"cuda\" but %s (use train.device=cpu or auto)", why);
+        return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s (use %s=cpu or auto)", option, why, option);
     *be = cpu_backend_for(cfg, bf16);
     return 0;
 }
@@ -110,6 +113,32 @@ static int lock_output_dir(const char *dir, MhaError *err) {
     }
     remove_stale_temp_files(dir);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
+}
+
+/* A new run (--config) in a folder that holds one: refused, so that a mistyped command
+ * does not replace a trained model.mha and a resumable last.mha (--overwrite allows it). */
+static int refuse_to_overwrite(const char *dir, MhaError *err) {
+    static const char *const names[] = {"last.mha", "model.mha"};
+    for (int i = 0; i < 2; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (access(path, F_OK) == 0)
+            return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a run (%s); continue it with "
+                            "--resume %s/last.mha, choose another output.dir, or start over with "
+                            "--overwrite", dir, names[i], dir);
+    }
+    return 0;
+}
+
+/* The canonical absolute folder of an existing file into out (PATH_MAX bytes); 0 on failure
+ * (errno set). */
+static int folder_of(const char *path, char *out, size_t n) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    int len = !slash ? snprintf(dir, sizeof dir, ".")
+                     : snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    errno = 0;
+    return n >= PATH_MAX && len >= 0 && (size_t)len < sizeof dir && realpath(dir, out) != NULL;
 }
 
 /* Everything a run holds, so helpers can take one pointer. */
@@ -275,6 +304,9 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     }
     if (rc) return rc;
     if (r->train.n == 0) return mha_fail(err, MHA_EXIT_DATA, "%s: no examples (expected labelled lines)", c->train);
+    if (r->labels.n < 2)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
+                        "classes to tell apart)", c->train, r->labels.names[0]);
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
         r->has_dev = r->dev.n > 0;
@@ -398,14 +430,30 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             checkpoint_free(&resume);
             return rc;
         }
+        /* the run goes on in the folder that holds last.mha, wherever it was started */
+        char dir[PATH_MAX], stored[PATH_MAX];
+        if (!folder_of(opt->resume_path, dir, sizeof dir) || strlen(dir) >= sizeof cfg->out_dir) {
+            checkpoint_free(&resume);
+            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot resolve its folder (%s)", opt->resume_path,
+                            strerror(errno ? errno : ENAMETOOLONG));
+        }
+        if (!realpath(cfg->out_dir, stored) || strcmp(dir, stored) != 0) {
+            if (!opt->quiet)
+                fprintf(stderr, "mha-train: continuing in %s, the folder of %s (the run was started "
+                        "with output.dir %s)\n", dir, opt->resume_path, cfg->out_dir);
+            snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
+        }
     }
-    if ((rc = select_backend(cfg, &r.be, err))) goto out;
+    if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
     const Backend *unprofiled = r.be;
     if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = lock_output_dir(cfg->out_dir, err))) goto out;
-    char *cj = config_to_json(cfg);
-    fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
-    free(cj);
+    if (!have_resume && !opt->overwrite && (rc = refuse_to_overwrite(cfg->out_dir, err))) goto out;
+    if (!opt->quiet) {
+        char *cj = config_to_json(cfg);
+        fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
+        free(cj);
+    }
     if ((rc = load_data(&r, have_resume ? &resume : NULL, err))) goto out;
 
     r.add_cls = strcmp(cfg->pooling, "cls") == 0;
@@ -483,12 +531,20 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         } else {
             r.best_update = -1;
         }
-        fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", opt->resume_path, r.update,
-                r.epoch + 1, r.batch_pos);
+        if (r.epoch >= cfg->epochs || (cfg->patience > 0 && r.evals_since_best >= cfg->patience)) {
+            fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
+                    "The model is %s/model.mha\n", opt->resume_path, r.update,
+                    r.epoch >= cfg->epochs ? ", every epoch" : ", stopped early", cfg->out_dir);
+            goto out;
+        }
+        if (!opt->quiet)
+            fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", opt->resume_path,
+                    r.update, r.epoch + 1, r.batch_pos);
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
-    fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s\n", r.model.lay.total, r.be->name,
+    if (!opt->quiet)
+        fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s\n", r.model.lay.total, r.be->name,
             r.be->bf16 ? " (bf16 mixed precision)" : "",
             d.fused_attention ? "fused" : "math");
 

@@ -10,7 +10,8 @@
 typedef struct {
     const char *resume_path;   /* last.mha to continue from, or NULL */
     long max_steps;            /* stop (saving last.mha) after this many updates in total; 0 = no limit */
-    int quiet;                 /* no progress lines */
+    int quiet;                 /* no resolved config, model line or progress lines */
+    int overwrite;             /* a new run may replace the run in output.dir */
     int profile;               /* time every op family and print a table at the end */
 } TrainOptions;
 
@@ -18,7 +19,8 @@ typedef struct {
  * filled, or 130 after Ctrl-C (last.mha saved). */
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err);
 
-/* The backend a config asks for (train.device, train.threads, train.tf32). */
-int select_backend(const Config *cfg, const Backend **be, MhaError *err);
+/* The backend a config asks for (train.device, train.threads, train.tf32). option names
+ * where the device came from in the error ("train.device", or "--device" for mha-predict). */
+int select_backend(const Config *cfg, const Backend **be, const char *option, MhaError *err);
 
 #endif

@@ -13,6 +13,9 @@ printf 'a\tgood line\nno tab here\n' >"$TMP/bad.tsv"
 tiny_config "$TMP/c.json" "$TMP/out"
 expect_exit 1 "bad.tsv:2:" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/bad.tsv" --set data.format=tsv --quiet
 expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --quiet
+grep '^体育' data/sample/train.tsv >"$TMP/one.tsv"
+expect_exit 1 "one.tsv: every example has the label '体育' \(expected at least 2 classes" \
+  "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/one.tsv" --quiet
 expect_exit 2 "missing --model" "$PREDICT"
 expect_exit 2 "top-k" "$PREDICT" --model x --top-k 0
 expect_exit 2 "expected fp32, bf16 or int8" "$PREDICT" --model x --precision fp16
@@ -34,7 +37,7 @@ expect_exit 1 "out of memory allocating 2.0 TiB, one buffer of the .* needs at b
 # and a checkpoint written before stays byte for byte intact.
 "$TRAIN" --config "$TMP/c.json" --max-steps 5 --quiet >/dev/null 2>&1 || fail "short run failed"
 cp "$TMP/out/last.mha" "$TMP/last.before"
-out=$("$TRAIN" --config "$TMP/c.json" --set train.lr=1e6 --set train.clip_norm=0 2>&1 >/dev/null); rc=$?
+out=$("$TRAIN" --config "$TMP/c.json" --set train.lr=1e6 --set train.clip_norm=0 --overwrite 2>&1 >/dev/null); rc=$?
 [ "$rc" = 1 ] || fail "diverging run exited $rc, expected 1"
 grep -q "update skipped" <<<"$out" || fail "no skipped-update warning: $out"
 grep -q "training diverged" <<<"$out" || fail "no divergence error: $out"

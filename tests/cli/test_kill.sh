@@ -23,7 +23,7 @@ stray_files() { compgen -G "$OUT/.*.tmp.*" || true; }
 mid_write=0 finished=0 killed=0 resumed=0
 for i in $(seq "$trials"); do
   if [ -f "$OUT/last.mha" ]; then args=(--resume "$OUT/last.mha"); resumed=$((resumed + 1))
-  else args=(--config "$TMP/c.json"); fi
+  else args=(--config "$TMP/c.json" --overwrite); fi
   "$TRAIN" "${args[@]}" --quiet >/dev/null 2>"$TMP/run.err" &
   pid=$!
   if [ $((i % 2)) = 1 ]; then
@@ -57,7 +57,7 @@ head -c 1000 /dev/urandom >"$OUT/.last.mha.tmp.$live"
 dead=$(bash -c 'echo $$')   # a PID that has exited
 head -c 1000 /dev/urandom >"$OUT/.last.mha.tmp.$dead"
 # Finish the run: --resume when there is a last.mha, else from the start.
-if [ -f "$OUT/last.mha" ]; then args=(--resume "$OUT/last.mha"); else args=(--config "$TMP/c.json"); fi
+if [ -f "$OUT/last.mha" ]; then args=(--resume "$OUT/last.mha"); else args=(--config "$TMP/c.json" --overwrite); fi
 "$TRAIN" "${args[@]}" --quiet >/dev/null 2>"$TMP/final.err" || fail "final mha-train ${args[*]} failed: $(tail -5 "$TMP/final.err")"
 grep -q "training done" "$TMP/final.err" || fail "final run did not finish: $(tail -3 "$TMP/final.err")"
 "$PREDICT" --model "$OUT/model.mha" - <<<"这家酒店很好" >/dev/null || fail "model.mha of the finished run does not load"

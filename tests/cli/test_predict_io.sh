@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli/test_predict_io.sh: mha-predict output formats, order, stdin streaming,
-# training-format input (label ignored), empty lines, --eval --json keys.
+# training-format input (label ignored, the format detected from the input whatever the
+# model was trained on), empty lines and invalid UTF-8 (said on stderr), --eval --json keys,
+# options that do not go together.
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
@@ -19,10 +21,40 @@ cmp -s <(tac "$TMP/p1") "$TMP/p4" || fail "output order does not follow input or
 awk -F'\t' 'NF != 2 || $2 < 0 || $2 > 1 {bad=1} END {exit bad}' "$TMP/p1" || fail "tsv output is not label<TAB>prob"
 "$PREDICT" --model "$M" --top-k 3 "$TMP/plain.txt" | awk -F'\t' 'NF != 6 || $2 < $4 || $4 < $6 {bad=1} END {exit bad}' \
   || fail "--top-k 3 does not give 3 pairs in descending probability"
-printf '今天天气很好\n\n\n' | "$PREDICT" --model "$M" >"$TMP/p5"
+printf '今天天气很好\n\n\n' | "$PREDICT" --model "$M" >"$TMP/p5" 2>"$TMP/p5.err"
 [ "$(wc -l <"$TMP/p5")" = 3 ] || fail "empty lines must still get one output line each"
+grep -q "<stdin>: 2 of 3 lines had no character the model knows" "$TMP/p5.err" || fail "empty lines not counted: $(cat "$TMP/p5.err")"
+# JSON Lines input to a model trained on TSV: detected, the label left out of the text
+awk -F'\t' '{ printf "{\"label\": \"%s\", \"text\": \"%s\"}\n", $1, $2 }' data/sample/dev.tsv >"$TMP/dev.jsonl"
+"$PREDICT" --model "$M" "$TMP/dev.jsonl" >"$TMP/pj" || fail "predict on JSON Lines input"
+cmp -s "$TMP/p1" "$TMP/pj" || fail "JSON Lines input predicts differently from the same plain text"
+cmp -s <("$PREDICT" --model "$M" --eval "$TMP/dev.jsonl" --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
+  || fail "--eval on JSON Lines differs from --eval on the same TSV"
+# invalid UTF-8 (GBK): predictions go on, stderr says where and what to do, then counts
+printf '今天天气很好\n' | iconv -f UTF-8 -t GBK >"$TMP/gbk.txt"
+cat "$TMP/gbk.txt" "$TMP/gbk.txt" >>"$TMP/gbk2.txt"
+"$PREDICT" --model "$M" "$TMP/gbk2.txt" >"$TMP/pg" 2>"$TMP/pg.err" || fail "predict on GBK input failed"
+[ "$(wc -l <"$TMP/pg")" = 2 ] || fail "GBK input: expected 2 output lines"
+grep -q "gbk2.txt:1: invalid UTF-8 .*iconv -f GBK -t UTF-8" "$TMP/pg.err" && grep -q "gbk2.txt: 2 of 2 lines held invalid UTF-8" "$TMP/pg.err" \
+  || fail "GBK input not reported: $(cat "$TMP/pg.err")"
+# --eval on GBK: the FILE:LINE error, with what to do in mha-predict's terms
+printf '美食\t今天天气很好\n' | iconv -f UTF-8 -t GBK >"$TMP/gbk.tsv"
+expect_exit 1 "gbk.tsv:1: invalid UTF-8 at byte offset 0 \(expected UTF-8 text; convert the file, e.g. iconv -f GBK -t UTF-8\)" \
+  "$PREDICT" --model "$M" --eval "$TMP/gbk.tsv"
+# options that do not go together, or are not options
+expect_exit 2 "unknown option '-k' \(options are spelled --name\)" "$PREDICT" --model "$M" -k 3
+expect_exit 2 "--format goes with predictions, not --eval" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --format jsonl
+expect_exit 2 "--top-k goes with predictions, not --eval" "$PREDICT" --model "$M" --top-k 2 --eval data/sample/dev.tsv
+expect_exit 2 "more than one input file" "$PREDICT" --model "$M" - -
+# --device cuda where no GPU can run it (skipped on a machine with one): the option's own words
+if ! "$PREDICT" --model "$M" --device cuda "$TMP/plain.txt" >/dev/null 2>&1; then
+  expect_exit 1 "^mha-predict: error: --device cuda: .*\(use --device cpu or auto\)" "$PREDICT" --model "$M" --device cuda "$TMP/plain.txt"
+fi
 "$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" | head -1 | grep -qE '^\{"label":"[^"]+","prob":[0-9.e-]+,"top":\[\{' \
   || fail "jsonl output shape"
+# jsonl probabilities carry the tsv output's 6 decimals, not a float's noise as a double
+! "$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" | grep -qE '"prob":[0-9]\.[0-9]{7,}' \
+  || fail "jsonl probabilities with more than 6 decimals"
 att=$(printf '好吃的火锅\n' | "$PREDICT" --model "$M" --attention)
 grep -q '"tokens":\["好","吃","的","火","锅"\],"attention":\[\[\[\[' <<<"$att" || fail "--attention lacks tokens/attention: ${att:0:200}"
 # each attention row (5 keys) sums to 1

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tests/cli/test_resume.sh: a run stopped after N updates and resumed from last.mha produces
 # exactly the losses of an uninterrupted run (same batches, dropout masks and AdamW state),
-# also when stopped mid-epoch; Ctrl-C (SIGINT) saves last.mha and exits 130.
+# also when stopped mid-epoch; Ctrl-C (SIGINT) saves last.mha and exits 130. A finished run
+# has nothing to resume; a new run does not replace one (--overwrite does); a run resumes
+# from any working directory, in the folder of its last.mha.
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/full"
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/full.err" || { cat "$TMP/full.err"; fail "full run failed"; }
+! grep -q -E "resolved config|^step " "$TMP/full.err" || fail "--quiet printed the config or progress lines"
 for stop in 17 41; do   # mid-epoch and after the first epoch (41 updates per epoch at batch 16)
   tiny_config "$TMP/c$stop.json" "$TMP/part$stop"
   "$TRAIN" --config "$TMP/c$stop.json" --quiet --max-steps $stop >/dev/null 2>"$TMP/p.err" || { cat "$TMP/p.err"; fail "partial run failed"; }
@@ -18,6 +21,32 @@ for stop in 17 41; do   # mid-epoch and after the first epoch (41 updates per ep
   cmp -s <("$PREDICT" --model "$TMP/full/model.mha" data/sample/dev.tsv) <("$PREDICT" --model "$TMP/part$stop/model.mha" data/sample/dev.tsv) \
     || fail "model.mha after resuming at $stop predicts differently from the uninterrupted run"
 done
+# A finished run resumed: nothing to do, exit 0, nothing appended to metrics.jsonl.
+before=$(wc -l <"$TMP/full/metrics.jsonl")
+expect_exit 0 "the run is already complete \(123 updates, every epoch\); nothing to do" \
+  "$TRAIN" --resume "$TMP/full/last.mha" --quiet
+[ "$(wc -l <"$TMP/full/metrics.jsonl")" = "$before" ] || fail "resuming a finished run wrote to metrics.jsonl"
+# A new run in a folder that holds one is refused (exit 2), and the run is left as it was;
+# --overwrite starts over; --overwrite with --resume is a usage error.
+sum=$(cat "$TMP/full/model.mha" "$TMP/full/last.mha" | cksum)
+expect_exit 2 "$TMP/full already holds a run \(last.mha\); continue it with --resume $TMP/full/last.mha, choose another output.dir, or start over with --overwrite" \
+  "$TRAIN" --config "$TMP/c.json" --quiet
+[ "$(cat "$TMP/full/model.mha" "$TMP/full/last.mha" | cksum)" = "$sum" ] || fail "a refused run changed model.mha or last.mha"
+expect_exit 2 "use one of them" "$TRAIN" --resume "$TMP/full/last.mha" --overwrite
+# Paths are stored absolute and a run continues in the folder of the last.mha it resumes:
+# a config with relative paths, started in one folder and resumed from another.
+mkdir -p "$TMP/rel/cfg" "$TMP/elsewhere"
+cp data/sample/train.tsv data/sample/dev.tsv "$TMP/rel/cfg/"
+sed -e "s#\"$PWD/data/sample/\([a-z]*\).tsv\"#\"\1.tsv\"#g" -e 's#"test": "[^"]*",##' \
+  -e "s#\"$TMP/rel/run\"#\"../run\"#" <(tiny_config /dev/stdout "$TMP/rel/run" 1) >"$TMP/rel/cfg/c.json"
+(cd "$TMP/rel" && "$TRAIN" --config cfg/c.json --quiet --max-steps 10 >/dev/null 2>"$TMP/rel.err") \
+  || fail "run with relative paths failed: $(tail -3 "$TMP/rel.err")"
+[ -f "$TMP/rel/run/last.mha" ] || fail "relative output.dir not resolved against the config's folder"
+(cd "$TMP/elsewhere" && "$TRAIN" --resume ../rel/run/last.mha --quiet >/dev/null 2>"$TMP/rel2.err") \
+  || fail "resume from another folder failed: $(tail -3 "$TMP/rel2.err")"
+[ -f "$TMP/rel/run/model.mha" ] && [ -z "$(ls -A "$TMP/elsewhere")" ] \
+  || fail "the resumed run did not continue in its own folder: $(ls -R "$TMP/elsewhere" | head -5)"
+[ "$(grep -c '"type":"train"' "$TMP/rel/run/metrics.jsonl")" = 41 ] || fail "resumed run did not finish its 41 updates"
 # SIGINT: saves last.mha, exits 130, and the run resumes.
 tiny_config "$TMP/ci.json" "$TMP/int" 200
 "$TRAIN" --config "$TMP/ci.json" --quiet >/dev/null 2>"$TMP/int.err" &

@@ -89,8 +89,10 @@ static void test_defaults(void) {
 
 static void test_shipped_configs(void) {
     const char *root = getenv("MHA_SOURCE_ROOT");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/configs", root ? root : ".");
+    char dir[2200], cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    if (root && root[0] == '/') snprintf(dir, sizeof dir, "%s/configs", root);
+    else snprintf(dir, sizeof dir, "%s/%s/configs", cwd, root ? root : ".");   /* stored absolute */
     DIR *d = opendir(dir);
     CHECK(d != NULL);
     if (!d) return;
@@ -99,7 +101,7 @@ static void test_shipped_configs(void) {
     while ((ent = readdir(d))) {
         size_t n = strlen(ent->d_name);
         if (n < 6 || strcmp(ent->d_name + n - 5, ".json") != 0) continue;
-        char path[2048];
+        char path[2600];
         snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
         Config c;
         MhaError e = {0};
@@ -112,7 +114,7 @@ static void test_shipped_configs(void) {
         CHECK(strncmp(c.out_dir, dir, strlen(dir)) == 0);
         if (strcmp(ent->d_name, "demo.json") == 0) {
             demo = 1;
-            char want[2048];
+            char want[2600];
             snprintf(want, sizeof want, "%s/../data/sample/train.tsv", dir);
             CHECK(strcmp(c.train, want) == 0);
             CHECK(c.d_model == 64 && c.n_heads == 4 && c.max_len == 64);
@@ -127,7 +129,7 @@ static void test_shipped_configs(void) {
 static void test_paths(void) {
     Config c;
     MhaError e;
-    char sub[512], path[600], want[700];
+    char sub[512], path[600], want[2200];
     snprintf(sub, sizeof sub, "%s/sub", tmpdir);
     CHECK(mkdir(sub, 0700) == 0);
     snprintf(path, sizeof path, "%s/c.json", sub);
@@ -146,19 +148,25 @@ static void test_paths(void) {
     snprintf(want, sizeof want, "%s/out", sub);
     CHECK(strcmp(c.out_dir, want) == 0);
 
-    /* --set paths are relative to the working directory: used as given */
-    const char *ov[] = {"data.dev=x/dev.tsv", "data.test="};
-    CHECK(config_load(&c, path, ov, 2, &e) == 0);
-    CHECK(strcmp(c.dev, "x/dev.tsv") == 0);
-    CHECK(c.test[0] == 0);
-
-    /* a config path without a folder: paths stay relative to the working directory */
-    char cwd[1024];
+    /* --set paths are relative to the working directory, made absolute */
+    char cwd[1024], here[1024];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    const char *ov[] = {"data.dev=x/dev.tsv", "data.test=", "output.dir=/abs/out"};
+    CHECK(config_load(&c, path, ov, 3, &e) == 0);
+    snprintf(want, sizeof want, "%s/x/dev.tsv", cwd);
+    CHECK(strcmp(c.dev, want) == 0);
+    CHECK(c.test[0] == 0);
+    CHECK(strcmp(c.out_dir, "/abs/out") == 0);
+
+    /* a config path without a folder: its paths are relative to the working directory, and
+     * stored absolute (a checkpoint's config means the same from any folder) */
     CHECK(chdir(sub) == 0);
+    CHECK(getcwd(here, sizeof here) != NULL);
     CHECK(config_load(&c, "c.json", NULL, 0, &e) == 0);
-    CHECK(strcmp(c.train, "a.tsv") == 0);
-    CHECK(strcmp(c.dev, "../d.tsv") == 0);
+    snprintf(want, sizeof want, "%s/a.tsv", here);
+    CHECK(strcmp(c.train, want) == 0);
+    snprintf(want, sizeof want, "%s/../d.tsv", here);
+    CHECK(strcmp(c.dev, want) == 0);
     CHECK(chdir(cwd) == 0);
 }
 
@@ -209,9 +217,22 @@ static void test_errors(void) {
     /* unknown keys and sections, with suggestions */
     CHECK(load_text(&c, "{\"data\": {\"train\": \"t\"}, \"model\": {\"n_head\": 4}}", NULL, 0,
                     &e) == MHA_EXIT_USAGE);
-    snprintf(want, sizeof want, "%s/c.json: unknown key 'model.n_head' (did you mean "
+    snprintf(want, sizeof want, "%s/c.json:1: unknown key 'model.n_head' (did you mean "
              "'model.n_heads'?)", tmpdir);
     CHECK_MSG(e, want);
+    /* the line of the key a message is about: sections and keys of every depth-1/2 position */
+    CHECK(load_text(&c, "{\n \"data\": {\"train\": \"t\",\n  \"dev\": \"d\"},\n \"model\": {\n  \"d_model\": 64,"
+                        "\n  \"n_head\": 4}}", NULL, 0, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:6: unknown key 'model.n_head'");
+    CHECK(load_text(&c, "{\"train\": {\"epochs\": 2,\n\"lr\": {\"x\": 1},\n\"seed\": \"7\"}}", NULL, 0, &e) ==
+          MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:2: key 'train.lr': expected a number, got an object");
+    CHECK(load_text(&c, "{\"train\": {\"epochs\": 2},\n\n \"train\": {}}", NULL, 0, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:3: section 'train' appears twice");
+    CHECK(load_text(&c, "{\"train\": {\"epochs\": 2,\n \"epochs\": 3}}", NULL, 0, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:2: key 'train.epochs' appears twice");
+    CHECK(load_text(&c, "{\"data\": {},\n\"modle\": {}}", NULL, 0, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:2: unknown section 'modle'");
     CHECK(load_text(&c, "{\"train\": {\"dropuot\": 0.1}}", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "unknown key 'train.dropuot'");
     CHECK(load_text(&c, "{\"model\": {\"dropuot\": 0.1}}", NULL, 0, &e) == MHA_EXIT_USAGE);
@@ -245,7 +266,7 @@ static void test_errors(void) {
     /* ranges and relations */
     CHECK(load_text(&c, "{\"data\": {\"train\": \"t\"}, \"train\": {\"lr\": -1}}", NULL, 0, &e) ==
           MHA_EXIT_USAGE);
-    snprintf(want, sizeof want, "%s/c.json: key 'train.lr': -1 is out of range (allowed: > 0)",
+    snprintf(want, sizeof want, "%s/c.json:1: key 'train.lr': -1 is out of range (allowed: > 0)",
              tmpdir);
     CHECK_MSG(e, want);
     CHECK(load_text(&c, "{\"data\": {\"train\": \"t\"}, \"model\": {\"n_heads\": 3}}", NULL, 0,

@@ -301,12 +301,12 @@ static void test_bf16_selection(void) {
     const Backend *be = NULL;
     MhaError err;
     snprintf(c.precision, sizeof c.precision, "fp32");
-    CHECK(select_backend(&c, &be, &err) == 0 && be && be->bf16 == 0, "fp32 on the cpu: not the fp32 table");
+    CHECK(select_backend(&c, &be, "train.device", &err) == 0 && be && be->bf16 == 0, "fp32 on the cpu: not the fp32 table");
     snprintf(c.precision, sizeof c.precision, "bf16");
-    CHECK(select_backend(&c, &be, &err) == 0 && be && be->bf16 == mha_bf16_cpu_supported(),
+    CHECK(select_backend(&c, &be, "train.device", &err) == 0 && be && be->bf16 == mha_bf16_cpu_supported(),
           "bf16 on the cpu: bf16 table expected exactly when the CPU has AVX512_BF16");
     mha_bf16_force_portable(1);
-    int rc = select_backend(&c, &be, &err);
+    int rc = select_backend(&c, &be, "train.device", &err);
     mha_bf16_force_portable(0);
     CHECK(rc == 0 && be && be->bf16 == 0 && strcmp(be->name, "cpu") == 0,
           "bf16 without AVX512_BF16: expected the fp32 cpu table and success");

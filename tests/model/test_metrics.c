@@ -1,0 +1,112 @@
+/* tests/model/test_metrics.c: model/metrics.c against hand-computed values: accuracy, mean
+ * loss, per-class precision/recall/F1/support, macro-F1 over the classes that occur (in the
+ * truth or the predictions), the JSON form, and the text report's layout (CJK labels are two
+ * columns wide: every row of the confusion matrix lines up with its header). */
+#include "model/metrics.h"
+#include "tests/test_util.h"
+#include <cjson/cJSON.h>
+
+static int near(double a, double b) { return fabs(a - b) < 1e-12; }
+
+/* Columns a terminal gives UTF-8 text: ASCII 1, CJK (3-byte sequences here) 2. */
+static int columns(const char *s, size_t n) {
+    int w = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) { w++; i++; }
+        else if (c >= 0xE0 && c < 0xF0) { w += 2; i += 3; }
+        else { w++; i++; }
+    }
+    return w;
+}
+
+static void test_values(void) {
+    Metrics m;
+    metrics_init(&m, 3);
+    /* truth -> predicted: 0->0 x3, 0->1, 0->2, 1->1 x2, 1->0; losses 1..8 */
+    int pairs[8][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 1}, {0, 2}, {1, 1}, {1, 1}, {1, 0}};
+    for (int i = 0; i < 8; i++) metrics_add(&m, pairs[i][0], pairs[i][1], i + 1);
+    CHECK(m.n == 8 && near(metrics_accuracy(&m), 5.0 / 8), "accuracy %g", metrics_accuracy(&m));
+    CHECK(near(metrics_loss(&m), 4.5), "mean loss %g", metrics_loss(&m));
+    double p, r, f;
+    long s;
+    metrics_class(&m, 0, &p, &r, &f, &s);   /* tp 3 of 4 predicted, of 5 true */
+    CHECK(near(p, 0.75) && near(r, 0.6) && near(f, 2 * 0.75 * 0.6 / 1.35) && s == 5, "class 0: %g %g %g %ld", p, r, f, s);
+    metrics_class(&m, 1, &p, &r, &f, &s);   /* tp 2 of 3 predicted, of 3 true */
+    CHECK(near(p, 2.0 / 3) && near(r, 2.0 / 3) && near(f, 2.0 / 3) && s == 3, "class 1: %g %g %g %ld", p, r, f, s);
+    metrics_class(&m, 2, &p, &r, &f, &s);   /* predicted once, never true */
+    CHECK(p == 0 && r == 0 && f == 0 && s == 0, "class 2: %g %g %g %ld", p, r, f, s);
+    /* class 2 occurs in the predictions: it counts, with F1 0 */
+    CHECK(near(metrics_macro_f1(&m), (2 * 0.75 * 0.6 / 1.35 + 2.0 / 3 + 0) / 3), "macro-F1 %g", metrics_macro_f1(&m));
+
+    char *names[] = {"a", "b", "c"};
+    char *js = metrics_to_json(&m, names);
+    cJSON *o = cJSON_Parse(js);
+    const cJSON *conf = cJSON_GetObjectItem(o, "confusion");
+    CHECK(o && near(cJSON_GetObjectItem(o, "accuracy")->valuedouble, 5.0 / 8) &&
+          cJSON_GetArraySize(conf) == 3 &&
+          cJSON_GetArrayItem(cJSON_GetArrayItem(conf, 0), 2)->valuedouble == 1 &&
+          cJSON_GetArrayItem(cJSON_GetArrayItem(conf, 1), 0)->valuedouble == 1,
+          "JSON: %s", js);
+    cJSON_Delete(o);
+    free(js);
+    metrics_free(&m);
+
+    /* a class absent from both the truth and the predictions is left out of macro-F1 */
+    metrics_init(&m, 3);
+    metrics_add(&m, 0, 0, 0);
+    metrics_add(&m, 1, 0, 0);
+    metrics_add(&m, 1, 1, 0);
+    /* class 0: p 1/2 r 1 f 2/3; class 1: p 1 r 1/2 f 2/3; class 2 left out */
+    CHECK(near(metrics_macro_f1(&m), 2.0 / 3), "macro-F1 without class 2: %g", metrics_macro_f1(&m));
+    metrics_free(&m);
+}
+
+static void test_layout(void) {
+    enum { K = 11 };
+    char *names[K] = {"书籍", "平板", "手机", "水果", "洗发水", "热水器", "蒙牛", "衣服", "计算机", "酒店",
+                      "a-long-ascii-label"};
+    Metrics m;
+    metrics_init(&m, K);
+    for (int t = 0; t < K; t++)
+        for (int p = 0; p < K; p++)
+            for (int i = 0; i < (t == p ? 120 : (t + p) % 3); i++) metrics_add(&m, t, p, 0.1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    metrics_print(&m, names, f);
+    fclose(f);
+    const char *at = strstr(text, "confusion matrix");
+    CHECK(at != NULL, "no confusion matrix in:\n%s", text);
+    if (!at) { free(text); metrics_free(&m); return; }
+    at = strchr(at, '\n') + 1;   /* the header row */
+    int want = -1, rows = 0;
+    while (*at) {
+        const char *end = strchr(at, '\n');
+        size_t n = end ? (size_t)(end - at) : strlen(at);
+        int w = columns(at, n);
+        if (want < 0) want = w;
+        else rows++;
+        CHECK(w == want, "confusion row %d is %d columns wide, the header %d:\n%.*s", rows, w, want, (int)n, at);
+        at += n + (end != NULL);
+    }
+    CHECK(rows == K, "%d confusion rows, expected %d", rows, K);
+    /* the per-class table: the header and every row equally wide */
+    const char *cls = strstr(text, "class");
+    int tw = -1;
+    for (int i = 0; cls && i <= K; i++) {
+        const char *end = strchr(cls, '\n');
+        int w = columns(cls, (size_t)(end - cls));
+        if (i == 0) tw = w;
+        CHECK(w == tw, "per-class line %d is %d columns wide, the header %d", i, w, tw);
+        cls = end + 1;
+    }
+    free(text);
+    metrics_free(&m);
+}
+
+int main(void) {
+    test_values();
+    test_layout();
+    return test_finish("test_metrics");
+}
