@@ -1,11 +1,19 @@
 /* tests/fuzz/fuzz_config_json.c: arbitrary text as a config document (config_from_json,
  * as a checkpoint's stored config is read). Invariants: an accepted config validates, and
- * its printed form (config_to_json) reads back to a config that prints identically. */
+ * its printed form (config_to_json) reads back to a config that prints identically; the
+ * line json_member_line finds for a key (as config files' errors name it) is a line of
+ * the text. */
+#include "data/json_syntax.h"
 #include "fuzz_common.h"
 #include "model/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = fuzz_string(data, size);
+    size_t n = strlen(text);
+    int lines = 1;
+    for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
+    int line = json_member_line(text, n, size ? data[0] % 4 : 0, size > 1 ? data[1] % 6 - 1 : -1);
+    FUZZ_ASSERT(line >= 0 && line <= lines);
     Config c;
     MhaError err;
     if (config_from_json(&c, text, "base", &err) == 0) {
