@@ -172,6 +172,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
     config_read_options(&p->cfg, &p->ro);
     p->ro.format = FORMAT_AUTO;     /* the input's own format, whatever the training file's was */
+    p->ro.tok.replace_invalid = 1;  /* never stops on a bad byte: counted and said on stderr */
     p->add_cls = strcmp(p->cfg.pooling, "cls") == 0;
     p->truncate = strcmp(p->cfg.truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
     return 0;
@@ -321,8 +322,6 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     float *probs = malloc((size_t)CHUNK_LINES * p->model.d.K * sizeof(float));
     int format = p->ro.format == FORMAT_AUTO ? -1 : p->ro.format;
     long line_no = 0, truncated_lines = 0, nul_lines = 0, bad_utf8_lines = 0, unknown_lines = 0;
-    TokenizerOptions tok = p->ro.tok;
-    tok.replace_invalid = 1;   /* prediction never stops on a bad byte: it says so on stderr */
     int truncated, write_failed = 0;
     long len;
     MhaError e;
@@ -347,7 +346,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
         char *label = NULL, *text = line;
         if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
             text = line;  /* not in the detected format: take the whole line as text */
-        unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &tok) == 0;
+        unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok) == 0;
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
         if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !reader_ready(lr)) {
             write_predictions(p, &c, probs, top_k, jsonl);
@@ -389,11 +388,11 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
 static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     Dataset ds;
     int rc = dataset_load(path, &p->ro, p->ck.vocab, &p->ck.labels, &ds, err);
-    /* the reader's advice names a training key; here the fix is to convert the file */
-    static const char advice[] = "; set data.replace_invalid=true to replace bad bytes with U+FFFD)";
-    char *at = rc ? strstr(err->msg, advice) : NULL;
-    if (at) snprintf(at, sizeof err->msg - (size_t)(at - err->msg), "; convert the file, e.g. iconv -f GBK -t UTF-8)");
     if (rc) return rc;
+    if (ds.n_replaced)
+        fprintf(stderr, "mha-predict: %s: %ld of %ld lines held invalid UTF-8 or NUL bytes (read as "
+                "U+FFFD; the model expects UTF-8: if the file is GBK, convert it with iconv -f GBK "
+                "-t UTF-8)\n", path, ds.n_replaced, ds.n_lines);
     if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", path); }
     Metrics m;
     evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m);

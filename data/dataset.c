@@ -367,6 +367,7 @@ static int read_file(Reader *r, MhaError *err) {
             len = utf8_replace_invalid(s, len, fix, 1);
             fix[len] = '\0';
             s = fix;
+            d->n_replaced++;
         }
         size_t k = 0;
         while (k < len && is_space(s[k])) k++;

@@ -32,6 +32,7 @@ typedef struct {
     int32_t *ids;               /* all examples' token ids, untruncated */
     int32_t *line_no;           /* (n) 1-based source line of each example */
     long n_lines, n_empty, n_long, n_tokens, n_unk;  /* statistics */
+    long n_replaced;            /* lines whose invalid UTF-8 / NUL bytes became U+FFFD (replace_invalid) */
 } Dataset;
 
 /* Read the training file: builds the vocab (min_count, max_vocab) and the label map

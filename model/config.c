@@ -162,7 +162,8 @@ static const KeyDesc KEYS[] = {
 
     /* output */
     {"output.dir", T_PATH, FIELD(out_dir), 0, "runs/default", 0, 0, 0, NULL,
-     "run folder (checkpoints, logs); relative to the config file's folder"},
+     "run folder (checkpoints, logs); relative to the config file's folder (the default: "
+     "to the working directory)"},
 };
 
 enum { NKEYS = (int)(sizeof KEYS / sizeof KEYS[0]) };
@@ -783,14 +784,11 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     size_t n = 0;
     int rc = read_file(path, &text, &n, err);
     if (rc) return rc;
+    /* where the working directory cannot be read (removed meanwhile), paths stay relative */
     char dir[4096], base[4096], cwd[4096];
     dir_of(path, dir, sizeof dir);
-    errno = 0;
-    if (absolute_dir(base, sizeof base, dir) != 0 || absolute_dir(cwd, sizeof cwd, ".") != 0) {
-        free(text);
-        return failf(err, path, "cannot tell the absolute path of its folder (%s)",
-                     errno ? strerror(errno) : "path too long");
-    }
+    if (absolute_dir(base, sizeof base, dir) != 0) snprintf(base, sizeof base, "%s", dir);
+    if (absolute_dir(cwd, sizeof cwd, ".") != 0) snprintf(cwd, sizeof cwd, ".");
     int key_lines[NKEYS] = {0};
     rc = apply_text(c, text, n, base, path, key_lines, err);
     free(text);
@@ -811,6 +809,10 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
         if (rc) return rc;
         from_set[i] = 1;
     }
+    /* the default output.dir (set by neither): in the working directory */
+    char out[sizeof c->out_dir];
+    if (c->out_dir[0] != '/' && resolve_path(out, sizeof out, cwd, c->out_dir) == 0)
+        snprintf(c->out_dir, sizeof c->out_dir, "%s", out);
 
     int bad = -1;
     MhaError tmp;

@@ -116,29 +116,38 @@ static int lock_output_dir(const char *dir, MhaError *err) {
 }
 
 /* A new run (--config) in a folder that holds one: refused, so that a mistyped command
- * does not replace a trained model.mha and a resumable last.mha (--overwrite allows it). */
-static int refuse_to_overwrite(const char *dir, MhaError *err) {
-    static const char *const names[] = {"last.mha", "model.mha"};
-    for (int i = 0; i < 2; i++) {
-        char path[4300];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (access(path, F_OK) == 0)
-            return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a run (%s); continue it with "
-                            "--resume %s/last.mha, choose another output.dir, or start over with "
-                            "--overwrite", dir, names[i], dir);
+ * does not replace a trained model.mha and a resumable last.mha. With overwrite (the user
+ * starts over) both are removed at once, so that neither outlives the run it came from. */
+static int claim_output_dir(const char *dir, int overwrite, MhaError *err) {
+    char last[4300], model[4300];
+    snprintf(last, sizeof last, "%s/last.mha", dir);
+    snprintf(model, sizeof model, "%s/model.mha", dir);
+    int has_last = access(last, F_OK) == 0, has_model = access(model, F_OK) == 0;
+    if (overwrite) {
+        if ((has_last && unlink(last) != 0) || (has_model && unlink(model) != 0))
+            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot remove the earlier run's checkpoints (%s)", dir,
+                            strerror(errno));
+        return 0;
     }
+    if (has_last)
+        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a run (last.mha); continue it with --resume "
+                        "%s, choose another output.dir, or start over with --overwrite", dir, last);
+    if (has_model)
+        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a trained model (model.mha); choose another "
+                        "output.dir, or start over with --overwrite", dir);
     return 0;
 }
 
-/* The canonical absolute folder of an existing file into out (PATH_MAX bytes); 0 on failure
+/* The canonical absolute folder of an existing file (links resolved: a linked last.mha
+ * belongs to the run folder of the file it names) into out (PATH_MAX bytes); 0 on failure
  * (errno set). */
 static int folder_of(const char *path, char *out, size_t n) {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    int len = !slash ? snprintf(dir, sizeof dir, ".")
-                     : snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     errno = 0;
-    return n >= PATH_MAX && len >= 0 && (size_t)len < sizeof dir && realpath(dir, out) != NULL;
+    if (n < PATH_MAX || !realpath(path, out)) return 0;
+    char *slash = strrchr(out, '/');
+    if (slash == out) slash[1] = '\0';   /* a file in / */
+    else *slash = '\0';
+    return 1;
 }
 
 /* Everything a run holds, so helpers can take one pointer. */
@@ -320,8 +329,11 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
 
 static void print_data_stats(Run *r, Batcher *bt) {
     Config *c = r->cfg;
-    fprintf(stderr, "train %s: %d examples, %ld tokens, %ld empty and %ld over-long lines skipped/truncated\n",
+    fprintf(stderr, "train %s: %d examples, %ld tokens, %ld empty and %ld over-long lines skipped/truncated",
             c->train, r->train.n, r->train.n_tokens, r->train.n_empty, r->train.n_long);
+    if (r->train.n_replaced)
+        fprintf(stderr, ", %ld with invalid UTF-8 or NUL bytes read as U+FFFD", r->train.n_replaced);
+    fputc('\n', stderr);
     fprintf(stderr, "vocab %d tokens, %d classes:", vocab_size(r->vocab), r->labels.n);
     for (int k = 0; k < r->labels.n; k++) fprintf(stderr, " %s", r->labels.names[k]);
     fprintf(stderr, "\n");
@@ -438,9 +450,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                             strerror(errno ? errno : ENAMETOOLONG));
         }
         if (!realpath(cfg->out_dir, stored) || strcmp(dir, stored) != 0) {
-            if (!opt->quiet)
-                fprintf(stderr, "mha-train: continuing in %s, the folder of %s (the run was started "
-                        "with output.dir %s)\n", dir, opt->resume_path, cfg->out_dir);
+            fprintf(stderr, "mha-train: note: continuing in %s, the folder of %s (the run was "
+                    "started with output.dir %s)\n", dir, opt->resume_path, cfg->out_dir);
             snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
         }
     }
@@ -448,7 +459,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     const Backend *unprofiled = r.be;
     if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = lock_output_dir(cfg->out_dir, err))) goto out;
-    if (!have_resume && !opt->overwrite && (rc = refuse_to_overwrite(cfg->out_dir, err))) goto out;
+    if (!have_resume && (rc = claim_output_dir(cfg->out_dir, opt->overwrite, err))) goto out;
     if (!opt->quiet) {
         char *cj = config_to_json(cfg);
         fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
@@ -524,17 +535,22 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
         Checkpoint best;
         MhaError ignore;
-        if (r.best_update >= 0 && checkpoint_load(best_path, &best, &ignore) == 0) {
-            if (best.n_params == r.model.lay.total) memcpy(r.best_params, best.params, pbytes);
-            else r.best_update = -1;
+        int best_saved = 0;   /* model.mha loads and fits this model */
+        if (checkpoint_load(best_path, &best, &ignore) == 0) {
+            best_saved = best.n_params == r.model.lay.total;
+            if (best_saved && r.best_update >= 0) memcpy(r.best_params, best.params, pbytes);
             checkpoint_free(&best);
-        } else {
-            r.best_update = -1;
         }
-        if (r.epoch >= cfg->epochs || (cfg->patience > 0 && r.evals_since_best >= cfg->patience)) {
+        if (!best_saved) r.best_update = -1;
+        /* complete: every epoch trained (or stopped early) and its model.mha saved (the best on
+         * dev, or without a dev set the final parameters); a run killed before saving model.mha
+         * goes on below to save it and print the test report */
+        if ((r.epoch >= cfg->epochs || (cfg->patience > 0 && r.evals_since_best >= cfg->patience)) &&
+            (r.best_update >= 0 || (!r.has_dev && best_saved))) {
             fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
-                    "The model is %s/model.mha\n", opt->resume_path, r.update,
-                    r.epoch >= cfg->epochs ? ", every epoch" : ", stopped early", cfg->out_dir);
+                    "Its model is %s (evaluate it with mha-predict --model %s --eval FILE)\n",
+                    opt->resume_path, r.update, r.epoch >= cfg->epochs ? ", every epoch" : ", stopped early",
+                    best_path, best_path);
             goto out;
         }
         if (!opt->quiet)

@@ -37,10 +37,13 @@ cat "$TMP/gbk.txt" "$TMP/gbk.txt" >>"$TMP/gbk2.txt"
 [ "$(wc -l <"$TMP/pg")" = 2 ] || fail "GBK input: expected 2 output lines"
 grep -q "gbk2.txt:1: invalid UTF-8 .*iconv -f GBK -t UTF-8" "$TMP/pg.err" && grep -q "gbk2.txt: 2 of 2 lines held invalid UTF-8" "$TMP/pg.err" \
   || fail "GBK input not reported: $(cat "$TMP/pg.err")"
-# --eval on GBK: the FILE:LINE error, with what to do in mha-predict's terms
-printf '美食\t今天天气很好\n' | iconv -f UTF-8 -t GBK >"$TMP/gbk.tsv"
-expect_exit 1 "gbk.tsv:1: invalid UTF-8 at byte offset 0 \(expected UTF-8 text; convert the file, e.g. iconv -f GBK -t UTF-8\)" \
-  "$PREDICT" --model "$M" --eval "$TMP/gbk.tsv"
+# --eval on bad bytes (GBK text under a UTF-8 label, a NUL byte): evaluated, and counted on stderr
+{ head -3 data/sample/dev.tsv; printf '美食\t'; printf '今天天气很好\n' | iconv -f UTF-8 -t GBK;
+  printf '美食\t今天\0天气\n'; } >"$TMP/bad.tsv"
+"$PREDICT" --model "$M" --eval "$TMP/bad.tsv" --json >"$TMP/pe" 2>"$TMP/pe.err" || fail "--eval on bad bytes failed: $(cat "$TMP/pe.err")"
+grep -q '"n":5' "$TMP/pe" || fail "--eval on bad bytes: expected 5 examples: $(cat "$TMP/pe")"
+grep -q "bad.tsv: 2 of 5 lines held invalid UTF-8 or NUL bytes .*iconv -f GBK -t UTF-8" "$TMP/pe.err" \
+  || fail "--eval did not report the bad bytes: $(cat "$TMP/pe.err")"
 # options that do not go together, or are not options
 expect_exit 2 "unknown option '-k' \(options are spelled --name\)" "$PREDICT" --model "$M" -k 3
 expect_exit 2 "--format goes with predictions, not --eval" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --format jsonl

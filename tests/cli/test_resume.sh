@@ -26,13 +26,33 @@ before=$(wc -l <"$TMP/full/metrics.jsonl")
 expect_exit 0 "the run is already complete \(123 updates, every epoch\); nothing to do" \
   "$TRAIN" --resume "$TMP/full/last.mha" --quiet
 [ "$(wc -l <"$TMP/full/metrics.jsonl")" = "$before" ] || fail "resuming a finished run wrote to metrics.jsonl"
+# ... unless it was killed before its model.mha was saved (no dev set: the final parameters)
+tiny_config "$TMP/nodev.json" "$TMP/nodev" 1
+sed -i 's#"dev": "[^"]*",##' "$TMP/nodev.json"
+"$TRAIN" --config "$TMP/nodev.json" --quiet >/dev/null 2>&1 || fail "run without a dev set failed"
+cp "$TMP/nodev/model.mha" "$TMP/nodev.model"
+rm "$TMP/nodev/model.mha"
+"$TRAIN" --resume "$TMP/nodev/last.mha" --quiet >"$TMP/nodev.out" 2>"$TMP/nodev.err" || fail "resume to save model.mha failed"
+cmp -s "$TMP/nodev/model.mha" "$TMP/nodev.model" && grep -q "accuracy" "$TMP/nodev.out" \
+  || fail "resuming a run killed before model.mha did not save the same model.mha and the test report"
+expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/nodev/last.mha" --quiet
 # A new run in a folder that holds one is refused (exit 2), and the run is left as it was;
-# --overwrite starts over; --overwrite with --resume is a usage error.
+# --overwrite starts over (the old checkpoints are gone at once); --overwrite with --resume
+# is a usage error.
 sum=$(cat "$TMP/full/model.mha" "$TMP/full/last.mha" | cksum)
 expect_exit 2 "$TMP/full already holds a run \(last.mha\); continue it with --resume $TMP/full/last.mha, choose another output.dir, or start over with --overwrite" \
   "$TRAIN" --config "$TMP/c.json" --quiet
 [ "$(cat "$TMP/full/model.mha" "$TMP/full/last.mha" | cksum)" = "$sum" ] || fail "a refused run changed model.mha or last.mha"
 expect_exit 2 "use one of them" "$TRAIN" --resume "$TMP/full/last.mha" --overwrite
+cp -r "$TMP/full" "$TMP/over"
+sed "s#$TMP/full#$TMP/over#" "$TMP/c.json" >"$TMP/over.json"
+"$TRAIN" --config "$TMP/over.json" --overwrite --max-steps 5 --quiet >/dev/null 2>&1 || fail "--overwrite run failed"
+[ ! -e "$TMP/over/model.mha" ] && [ "$(grep -c '"type":"train"' "$TMP/over/metrics.jsonl")" = 5 ] \
+  || fail "--overwrite left the earlier run's model.mha or metrics behind"
+rm "$TMP/over/last.mha"
+cp "$TMP/full/model.mha" "$TMP/over/"
+expect_exit 2 "$TMP/over already holds a trained model \(model.mha\); choose another output.dir, or start over with --overwrite" \
+  "$TRAIN" --config "$TMP/over.json" --quiet
 # Paths are stored absolute and a run continues in the folder of the last.mha it resumes:
 # a config with relative paths, started in one folder and resumed from another.
 mkdir -p "$TMP/rel/cfg" "$TMP/elsewhere"
@@ -47,6 +67,19 @@ sed -e "s#\"$PWD/data/sample/\([a-z]*\).tsv\"#\"\1.tsv\"#g" -e 's#"test": "[^"]*
 [ -f "$TMP/rel/run/model.mha" ] && [ -z "$(ls -A "$TMP/elsewhere")" ] \
   || fail "the resumed run did not continue in its own folder: $(ls -R "$TMP/elsewhere" | head -5)"
 [ "$(grep -c '"type":"train"' "$TMP/rel/run/metrics.jsonl")" = 41 ] || fail "resumed run did not finish its 41 updates"
+# A run folder moved, and a last.mha reached through a link: the run continues in the folder
+# that holds the file (with a note where that is not where it started), never beside the link.
+(cd "$TMP/rel" && "$TRAIN" --config cfg/c.json --set output.dir=part --quiet --max-steps 10 >/dev/null 2>&1) \
+  || fail "partial run failed"
+mv "$TMP/rel/part" "$TMP/moved"
+"$TRAIN" --resume "$TMP/moved/last.mha" --quiet --max-steps 20 >/dev/null 2>"$TMP/mv.err" || fail "resume of a moved folder failed"
+grep -q "note: continuing in $(realpath "$TMP/moved"), the folder of" "$TMP/mv.err" || fail "no note for a moved run folder: $(cat "$TMP/mv.err")"
+[ "$(grep -c '"type":"train"' "$TMP/moved/metrics.jsonl")" = 20 ] && [ ! -e "$TMP/rel/part" ] || fail "moved run not continued in place"
+mkdir "$TMP/links"
+ln -s "$TMP/moved/last.mha" "$TMP/links/last.mha"
+"$TRAIN" --resume "$TMP/links/last.mha" --quiet >/dev/null 2>&1 || fail "resume through a link failed"
+[ -L "$TMP/links/last.mha" ] && [ "$(ls -A "$TMP/links")" = last.mha ] && [ -f "$TMP/moved/model.mha" ] \
+  || fail "resume through a link wrote beside the link: $(ls -l "$TMP/links")"
 # SIGINT: saves last.mha, exits 130, and the run resumes.
 tiny_config "$TMP/ci.json" "$TMP/int" 200
 "$TRAIN" --config "$TMP/ci.json" --quiet >/dev/null 2>"$TMP/int.err" &

@@ -78,6 +78,9 @@ static void test_defaults(void) {
     /* a file naming only the training data gives the defaults for everything else */
     CHECK(load_text(&c, MIN_CFG, NULL, 0, &e) == 0);
     snprintf(d.train, sizeof d.train, "%s/t.tsv", tmpdir);
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(d.out_dir, sizeof d.out_dir, "%s/runs/default", cwd);   /* the default, in the working directory */
     CHECK(memcmp(&c, &d, sizeof c) == 0);
 
     /* an empty object (no data.train) is an error; so is a missing file */
