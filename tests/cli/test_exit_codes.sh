@@ -34,12 +34,10 @@ expect_exit 1 "out of memory allocating 2.0 TiB, one buffer of the .* needs at b
     "$TRAIN" --config "$TMP/c.json" --set train.batch_size=4096 --set data.max_len=65536 --set model.d_model=2048 \
     --set model.n_heads=8 --set model.d_ff=4096 --quiet
 # Non-finite training: updates are skipped with a warning, then the run stops (exit 1)
-# and a checkpoint written before stays byte for byte intact.
-"$TRAIN" --config "$TMP/c.json" --max-steps 5 --quiet >/dev/null 2>&1 || fail "short run failed"
-cp "$TMP/out/last.mha" "$TMP/last.before"
-out=$("$TRAIN" --config "$TMP/c.json" --set train.lr=1e6 --set train.clip_norm=0 --overwrite 2>&1 >/dev/null); rc=$?
+# without writing a checkpoint of diverged parameters.
+out=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/div" --set train.lr=1e6 --set train.clip_norm=0 2>&1 >/dev/null); rc=$?
 [ "$rc" = 1 ] || fail "diverging run exited $rc, expected 1"
 grep -q "update skipped" <<<"$out" || fail "no skipped-update warning: $out"
 grep -q "training diverged" <<<"$out" || fail "no divergence error: $out"
-cmp -s "$TMP/out/last.mha" "$TMP/last.before" || fail "the earlier last.mha was changed by the diverged run"
+[ ! -e "$TMP/div/last.mha" ] && [ ! -e "$TMP/div/model.mha" ] || fail "the diverged run wrote a checkpoint"
 finish

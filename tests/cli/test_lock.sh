@@ -26,7 +26,8 @@ rc=0; wait $pid || rc=$?
 grep '"type":"train"' "$TMP/a/metrics.jsonl" | sed 's/.*"update":\([0-9]*\),.*/\1/' \
   | awk '$1 != NR {bad=1} END {exit bad || NR == 0}' || fail "the first run's metrics.jsonl was touched by a refused run"
 # SIGKILL leaves OUT/.lock behind, but not the lock.
-"$TRAIN" --config "$TMP/a.json" --overwrite --quiet >/dev/null 2>&1 &
+rm -rf "$TMP/a"   # a fresh run: the wait below must see its own last.mha and log, not the last run's
+"$TRAIN" --config "$TMP/a.json" --quiet >/dev/null 2>&1 &
 pid=$!
 for _ in $(seq 200); do [ -s "$TMP/a/last.mha" ] && grep -q '"update":45,' "$TMP/a/metrics.jsonl" 2>/dev/null && break; sleep 0.05; done
 kill -KILL $pid; { wait $pid; } 2>/dev/null
