@@ -186,7 +186,8 @@ static void free_predictor(Predictor *p) {
 /* A growing dataset of unlabelled examples for one chunk of input lines. */
 typedef struct { Dataset ds; int cap_n; int64_t cap_ids; TokenList toks; } Chunk;
 
-/* Appends one line's tokens; returns how many of them the vocabulary knows. */
+/* Appends one line's tokens; returns how many of them the vocabulary knows (c->toks.replaced
+ * tells whether the text held invalid UTF-8). */
 static int chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to) {
     MhaError e;
     if (c->ds.n + 1 > c->cap_n) {
@@ -338,15 +339,15 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             line += 3;
         size_t ll = strlen(line);
         if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
-        if (utf8_check(line, ll) < ll && bad_utf8_lines++ == 0)
-            fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
-                    "model expects UTF-8: if the input is GBK, convert it with iconv -f GBK -t UTF-8); "
-                    "further such lines are counted\n", name, line_no);
         if (format < 0 && line[0]) format = detect_format(line);
         char *label = NULL, *text = line;
         if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
             text = line;  /* not in the detected format: take the whole line as text */
         unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok) == 0;
+        if (c.toks.replaced && bad_utf8_lines++ == 0)
+            fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
+                    "model expects UTF-8: if the input is GBK, convert it with iconv -f GBK -t UTF-8); "
+                    "further such lines are counted\n", name, line_no);
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
         if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !reader_ready(lr)) {
             write_predictions(p, &c, probs, top_k, jsonl);

@@ -384,6 +384,7 @@ int tokenize(const TokenizerOptions *opts, const char *str, size_t n, TokenList 
         opts = &def;
     }
     out->n = 0;
+    out->replaced = 0;
     out->text_len = 0;
     if (n > (size_t)INT_MAX / 8)
         return mha_fail(err, MHA_EXIT_DATA, "text of %zu bytes is too long (expected at most %d)",
@@ -404,6 +405,7 @@ int tokenize(const TokenizerOptions *opts, const char *str, size_t n, TokenList 
         }
         n = utf8_replace_invalid(str, n, out->fixed, 0);
         str = out->fixed;
+        out->replaced = 1;
     }
     if (out->text_cap < 2 * n + 16 && grow_text(out, 2 * n + 16))
         return mha_fail(err, MHA_EXIT_DATA, "out of memory while tokenising");

@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     char *text;  size_t text_len, text_cap;
     int *start, *len;  int n, cap;
+    int replaced;                   /* the last text held invalid UTF-8, read as U+FFFD */
     /* scratch reused across calls (zero-initialise the whole TokenList before first use) */
     int *ucs;  size_t ucs_cap;      /* code points of a span being normalised */
     char *fixed;  size_t fixed_cap; /* input with invalid bytes replaced (replace_invalid) */

@@ -104,6 +104,9 @@ static void test_cases(void) {
     CHECK(strncmp(e, "ERR: invalid UTF-8 at byte offset 0 ", 36) == 0, "too big: %s", e);
     set(&o, 1, 1, 1);
     EXPECT(&o, "ab\xFF" "cd", "ab|\xEF\xBF\xBD|cd");
+    CHECK(tl.replaced == 1, "replaced not set after a replacement");
+    toks(&o, "abcd", 4);
+    CHECK(tl.replaced == 0, "replaced not cleared by a valid text");
     e = toks(&o, "我\xE4\xBD", 5);
     CHECK(strcmp(e, "我|\xEF\xBF\xBD") == 0, "truncated replaced: %s", e);
     e = toks(&o, "\xED\xA0\x80", 3);   /* maximal subparts: three replacements */
