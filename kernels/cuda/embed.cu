@@ -5,11 +5,12 @@
  *   1. keys[n] = (id << 32) | n for the N = B*T positions, sorted by a bitonic sort on the
  *      device (keys are unique, so the sorted order is fixed). Positions sharing a token id
  *      become one contiguous segment, in increasing n.
- *   2. one block per segment start sums its rows with 8 row-lanes x 32 channels, combines the
- *      lanes in a fixed order, and adds the sum once into dtok[id]. Each dtok row has a single
- *      writer, so no races, and the result depends only on the inputs.
- * The sort costs O(N log^2 N) compare-exchanges (N = 32k: about 15 launches, well under a
- * millisecond); blocks at non-start positions return at once.
+ *   2. the sorted rows are summed in chunks of 32 positions, a thread per (chunk, channel);
+ *      a segment inside one chunk is added into dtok[id] by that thread, the pieces of a
+ *      segment that crosses chunks are added up in chunk order by a second pass. Each dtok
+ *      row has a single writer per channel, so no races, and the result depends only on the
+ *      inputs; a long segment (the comma: ~6% of all tokens) is spread over many threads.
+ * The sort costs O(N log^2 N) compare-exchanges (N = 32k: about 15 launches).
  * dpos (maxT, C) += sum over b: one thread per (t, c), summing b in order.
  */
 #include "kernels/cuda/cuda_common.h"
@@ -117,32 +118,81 @@ static void sort_keys(unsigned long long *keys, int P) {
     }
 }
 
-/* One block per sorted position; only segment starts work. */
-__global__ void __launch_bounds__(256) embed_dtok_segments(float *dtok, const float *dout,
-                                                          const unsigned long long *keys,
-                                                          int N, int C) {
-    __shared__ float red[8][33];
-    const int s = blockIdx.x;
-    const unsigned int id = (unsigned int)(keys[s] >> 32);
-    if (s > 0 && (unsigned int)(keys[s - 1] >> 32) == id) return;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    for (int c0 = 0; c0 < C; c0 += 32) {
-        const int c = c0 + tx;
-        float acc = 0.0f;
-        for (int e = s + ty; e < N; e += 8) {
-            unsigned long long k2 = keys[e];
-            if ((unsigned int)(k2 >> 32) != id) break;
-            if (c < C) acc += dout[(size_t)(unsigned int)k2 * C + c];
+/* ---- dtok: sums of the sorted rows, in chunks of DTOK_CHUNK sorted positions ----
+ * A segment (the positions of one token id) may be one row or a tenth of the batch ('，').
+ * Each chunk is summed by its own threads, so a long segment costs no more time than a short
+ * one: pass 1 sums every piece (the part of a segment inside one chunk); a piece that is a
+ * whole segment goes straight into dtok, the pieces of a segment that crosses a chunk boundary
+ * go to per-chunk slots, and pass 2 adds those up in chunk order, once per crossing segment.
+ * Every dtok row is written by one thread per channel, in a fixed order. */
+#define DTOK_CHUNK 32     /* sorted positions per chunk; one register each in pass 1 */
+#define DTOK_THREADS 128  /* channels per block */
+#define NO_ID 0xffffffffu /* the id of the padding keys (~0ull), never a token id (< 2^31) */
+
+__device__ __forceinline__ unsigned int key_id(unsigned long long key) { return (unsigned int)(key >> 32); }
+__device__ __forceinline__ unsigned int key_pos(unsigned long long key) { return (unsigned int)key; }
+
+/* Pass 1: thread (chunk k = blockIdx.x, channel c). The chunk's piece that continues a segment
+ * from chunk k-1 goes to cont[k] (C); the piece that starts a segment here and continues it
+ * into chunk k+1 goes to open[k] (C); every other piece is a whole segment. */
+__global__ void __launch_bounds__(DTOK_THREADS) embed_dtok_chunks(
+    float *__restrict__ dtok, float *__restrict__ open, float *__restrict__ cont,
+    const float *__restrict__ dout, const unsigned long long *__restrict__ keys, int N, int C) {
+    __shared__ unsigned long long sk[DTOK_CHUNK];
+    const int e0 = blockIdx.x * DTOK_CHUNK;
+    const int n = min(DTOK_CHUNK, N - e0);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sk[i] = keys[e0 + i];
+    __syncthreads();
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const unsigned int id_before = e0 > 0 ? key_id(keys[e0 - 1]) : NO_ID;
+    const unsigned int id_after = e0 + n < N ? key_id(keys[e0 + n]) : NO_ID;
+    /* every row of the chunk loaded before any is summed: 32 loads in flight, not one */
+    float row[DTOK_CHUNK];
+#pragma unroll
+    for (int i = 0; i < DTOK_CHUNK; i++)
+        row[i] = i < n ? dout[(size_t)key_pos(sk[i]) * C + c] : 0.0f;
+    const size_t slot = (size_t)blockIdx.x * C + c;
+    unsigned int id = key_id(sk[0]);
+    int first = 0;   /* the current piece is [first, i) */
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i <= DTOK_CHUNK; i++) {
+        const bool end = i >= n || key_id(sk[i]) != id;
+        if (i <= n && end) {
+            if (first == 0 && id == id_before) cont[slot] = acc;
+            else if (i == n && id == id_after) open[slot] = acc;
+            else dtok[(size_t)id * C + c] += acc;
+            if (i < n) {
+                id = key_id(sk[i]);
+                first = i;
+                acc = 0.0f;
+            }
         }
-        red[ty][tx] = acc;
-        __syncthreads();
-        if (ty == 0 && c < C) {
-            float sum = 0.0f;
-            for (int r = 0; r < 8; r++) sum += red[r][tx];
-            dtok[(size_t)id * C + c] += sum;
-        }
-        __syncthreads();
+        if (i < n) acc += row[i];
     }
+}
+
+/* Pass 2: thread (chunk k = blockIdx.x, channel c), working only where a segment starts in
+ * chunk k and continues into k+1: open[k] + cont[k+1] + cont[k+2] + ..., in that order. */
+__global__ void __launch_bounds__(DTOK_THREADS) embed_dtok_crossing(
+    float *__restrict__ dtok, const float *__restrict__ open, const float *__restrict__ cont,
+    const unsigned long long *__restrict__ keys, int N, int C) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int k = blockIdx.x;
+    const int e0 = k * DTOK_CHUNK, e_end = min(e0 + DTOK_CHUNK, N);
+    const unsigned int id = key_id(keys[e_end - 1]);
+    if (e_end >= N || key_id(keys[e_end]) != id) return;   /* ends in this chunk */
+    if (e0 > 0 && key_id(keys[e0 - 1]) == id) return;      /* began in an earlier chunk */
+    float sum = open[(size_t)k * C + c];
+    for (;;) {
+        k++;
+        sum += cont[(size_t)k * C + c];
+        const int next = (k + 1) * DTOK_CHUNK;
+        if (next >= N || key_id(keys[next]) != id) break;
+    }
+    dtok[(size_t)id * C + c] += sum;
 }
 
 void mha_cu_embed_backward(float *dtok, float *dpos, const float *dout, const int32_t *ids,
@@ -162,6 +212,13 @@ void mha_cu_embed_backward(float *dtok, float *dpos, const float *dout, const in
     mha_launch(sort_init_kernel, mha_cu_blocks((size_t)P, 256), 256)(keys, ids, N, P);
     LAUNCH_CHECK();
     sort_keys(keys, P);
-    mha_launch(embed_dtok_segments, N, dim3(32, 8))(dtok, dout, keys, N, C);
+    const int chunks = (N + DTOK_CHUNK - 1) / DTOK_CHUNK;
+    float *open = (float *)mha_cu_scratch(MHA_SCRATCH_B, 2 * (size_t)chunks * C * sizeof(float));
+    float *cont = open + (size_t)chunks * C;   /* open, cont: (chunks, C) each */
+    const int threads = C < DTOK_THREADS ? (C + 31) / 32 * 32 : DTOK_THREADS;
+    const dim3 grid((unsigned int)chunks, (unsigned int)((C + threads - 1) / threads));
+    mha_launch(embed_dtok_chunks, grid, threads)(dtok, open, cont, dout, keys, N, C);
+    LAUNCH_CHECK();
+    mha_launch(embed_dtok_crossing, grid, threads)(dtok, open, cont, keys, N, C);
     LAUNCH_CHECK();
 }

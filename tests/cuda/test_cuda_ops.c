@@ -409,7 +409,11 @@ int main(void) {
 
     test_embed(3, 9, 16, 11, 1);
     test_embed(2, 5, 7, 3, 0);
-    test_embed(2, 5, 70, 3, 0);   /* C > 32: the token-gradient kernel loops over column blocks */
+    test_embed(2, 5, 70, 3, 0);
+    test_embed(4, 100, 40, 2, 0);   /* two ids: segments of ~200 rows cross many 32-row chunks */
+    test_embed(3, 32, 20, 1, 0);    /* one id over exactly 3 chunks */
+    test_embed(2, 16, 130, 1, 0);   /* one id in exactly one chunk; C > 128: two channel blocks */
+    test_embed(3, 23, 9, 4, 0);     /* N = 69: a partial last chunk */
     if (emu) test_embed(5, 500, 24, 50, 1);   /* N = 2500: one global merge step */
     else test_embed(8, 600, 40, 50, 1);       /* N = 4800: the sort's global merge steps */
     if (!emu) test_embed(4, 1024, 33, 3000, 1);
