@@ -28,8 +28,7 @@
  * Dropout: P[b,h,i,j] is dropped when mha_rng_uniform(seed, ((b*NH + h)*T + i)*T + j) < p,
  * exactly as in backend.h and the materialising path.
  */
-#include "kernels/cuda/cuda_common.h"
-#include "kernels/rng.h"
+#include "kernels/cuda/attention_fused.cuh"
 
 #include <cmath>
 #include <cstdio>
@@ -128,17 +127,6 @@ __device__ __forceinline__ float fa_half_sum(float v) {
     return v;
 }
 
-__device__ __forceinline__ int fa_len(const int32_t *lengths, int b, int T) {
-    int len = lengths[b];
-    return len < 0 ? 0 : (len > T ? T : len);
-}
-
-struct FaArgs {
-    int T, C, NH, hs, causal;
-    float scale, p_drop, inv_keep;
-    uint64_t seed;
-};
-
 /* ------------------------------------------------------------------ forward */
 
 template <int D, int BQ, int BK>
@@ -150,7 +138,7 @@ struct FaFwdCfg {
 template <int D, int BQ, int BK>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
-                  const int32_t *__restrict__ lengths, FaArgs a) {
+                  const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FaFwdCfg<D, BQ, BK>;
     constexpr int LD = Cfg::LD, LDP = Cfg::LDP;
     constexpr int RM = BQ / 16, CN = BK / 16, DN = D / 16;
@@ -163,18 +151,13 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fa_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     float *ob = out + (size_t)b * T * C + (size_t)h * hs;
     float *lb = lse + ((size_t)b * a.NH + h) * T;
 
     if (q0 >= len) {   /* all padding: zeros */
-        for (int idx = threadIdx.x; idx < BQ * hs; idx += FA_THREADS) {
-            int r = idx / hs, d = idx % hs;
-            if (q0 + r < T) ob[(size_t)(q0 + r) * C + d] = 0.0f;
-        }
-        for (int r = threadIdx.x; r < BQ; r += FA_THREADS)
-            if (q0 + r < T) lb[q0 + r] = 0.0f;
+        fused_zero_query_tile<BQ, FA_THREADS>(ob, lb, q0, T, C, hs);
         return;
     }
 
@@ -240,7 +223,7 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
                 float p = s[r][c];
                 if (a.p_drop > 0.0f && p != 0.0f) {
                     const int j = j0 + tx + 16 * c;
-                    p = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? p * a.inv_keep : 0.0f;
+                    p = fused_kept(a, bh, i, j) ? p * a.inv_keep : 0.0f;
                 }
                 sP[(ty + 16 * r) * LDP + tx + 16 * c] = p;
             }
@@ -266,27 +249,6 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 
 /* ------------------------------------------------------------------ backward */
 
-/* Di = sum_d dO[b,i,h,d] * O[b,i,h,d] for i < len, 0 for padding; one warp per (b, h, i). */
-__global__ void fa_rowdot_do_o_kernel(float *__restrict__ Di, const float *__restrict__ dout,
-                                      const float *__restrict__ out,
-                                      const int32_t *__restrict__ lengths, int T, int C, int NH,
-                                      int hs, size_t rows) {
-    const int lane = threadIdx.x & 31;
-    size_t r = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-    if (r >= rows) return;
-    const int i = (int)(r % T);
-    const int h = (int)((r / T) % NH);
-    const int b = (int)(r / ((size_t)T * NH));
-    float s = 0.0f;
-    if (i < fa_len(lengths, b, T)) {
-        const size_t base = ((size_t)b * T + i) * C + (size_t)h * hs;
-        for (int d = lane; d < hs; d += 32) s += dout[base + d] * out[base + d];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) Di[r] = s;
-}
-
 template <int D, int BQ, int BK>
 struct FaDqCfg {
     static constexpr int LD = D + 4, LDS = BK + 4;
@@ -298,7 +260,7 @@ template <int D, int BQ, int BK>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                       const float *__restrict__ qkv, const float *__restrict__ lse,
-                      const float *__restrict__ Di, const int32_t *__restrict__ lengths, FaArgs a) {
+                      const float *__restrict__ Di, const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FaDqCfg<D, BQ, BK>;
     constexpr int LD = Cfg::LD, LDS = Cfg::LDS;
     constexpr int RM = BQ / 16, CN = BK / 16, DN = D / 16;
@@ -312,7 +274,7 @@ fa_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fa_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     if (q0 >= len) return;   /* padded queries: no gradient */
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
@@ -363,7 +325,7 @@ fa_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                     const float p = expf(s[r][c] * a.scale - row_lse[r]);
                     float g = dp[r][c];
                     if (a.p_drop > 0.0f)
-                        g = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? g * a.inv_keep : 0.0f;
+                        g = fused_kept(a, bh, i, j) ? g * a.inv_keep : 0.0f;
                     ds = p * (g - row_D[r]);
                 }
                 sS[(ty + 16 * r) * LDS + tx + 16 * c] = ds;
@@ -397,7 +359,7 @@ template <int D, int BK, int BQ>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                         const float *__restrict__ qkv, const float *__restrict__ lse,
-                        const float *__restrict__ Di, const int32_t *__restrict__ lengths, FaArgs a) {
+                        const float *__restrict__ Di, const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FaDkvCfg<D, BK, BQ>;
     constexpr int LD = Cfg::LD, LDS = Cfg::LDS;
     constexpr int RK = BK / 16, CQ = BQ / 16, DN = D / 16;
@@ -412,7 +374,7 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int j0 = blockIdx.x * BK, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fa_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     if (j0 >= len) return;   /* padded keys: no gradient */
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
@@ -466,7 +428,7 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
                     const float p = expf(st[r][c] * a.scale - col_lse[c]);
                     float z = 1.0f;
                     if (a.p_drop > 0.0f)
-                        z = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? a.inv_keep : 0.0f;
+                        z = fused_kept(a, bh, i, j) ? a.inv_keep : 0.0f;
                     pz = p * z;
                     ds = p * (dpt[r][c] * z - col_D[c]);
                 }
@@ -500,7 +462,7 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 
 template <int D, int BQ, int BK>
 static void fa_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
-                              int B, const FaArgs &a) {
+                              int B, const FusedArgs &a) {
     static bool ready = false;
     const size_t smem = FaFwdCfg<D, BQ, BK>::smem_floats * sizeof(float);
     mha_cu_prepare_smem(fa_forward_kernel<D, BQ, BK>, smem, &ready, "fused attention");
@@ -511,7 +473,7 @@ static void fa_forward_launch(float *out, float *lse, const float *qkv, const in
 
 template <int D, int BQ, int BK, int BK2, int BQ2>
 static void fa_backward_launch(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                               const float *Di, const int32_t *lengths, int B, const FaArgs &a) {
+                               const float *Di, const int32_t *lengths, int B, const FusedArgs &a) {
     static bool ready_dq = false, ready_dkv = false;
     const size_t smem_dq = FaDqCfg<D, BQ, BK>::smem_floats * sizeof(float);
     const size_t smem_dkv = FaDkvCfg<D, BK2, BQ2>::smem_floats * sizeof(float);
@@ -525,30 +487,11 @@ static void fa_backward_launch(float *dqkv, const float *dout, const float *qkv,
     LAUNCH_CHECK();
 }
 
-static FaArgs fa_args(int T, int C, int NH, int causal, float p_drop, uint64_t seed) {
-    MHA_CU_REQUIRE(NH > 0 && C % NH == 0, "attention: C must be a multiple of NH");
-    FaArgs a;
-    a.T = T;
-    a.C = C;
-    a.NH = NH;
-    a.hs = C / NH;
-    a.causal = causal ? 1 : 0;
-    a.scale = 1.0f / sqrtf((float)a.hs);
-    a.p_drop = p_drop > 0.0f ? p_drop : 0.0f;
-    a.inv_keep = p_drop < 1.0f ? 1.0f / (1.0f - a.p_drop) : 0.0f;
-    a.seed = seed;
-    MHA_CU_REQUIRE(a.hs <= 128, "fused attention supports head sizes up to 128 (C / NH); use the "
-                   "materialising attention for larger heads");
-    MHA_CU_REQUIRE(NH <= 65535, "fused attention: too many heads");
-    return a;
-}
-
 void mha_cu_attention_forward_fused(float *out, float *lse, const float *qkv, const int32_t *lengths,
                                     int B, int T, int C, int NH, int causal, float p_drop,
                                     uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
-    MHA_CU_REQUIRE(B <= 65535, "fused attention: batch larger than 65535");
-    FaArgs a = fa_args(T, C, NH, causal, p_drop, seed);
+    FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
     if (a.hs <= 16) fa_forward_launch<16, 64, 64>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 32) fa_forward_launch<32, 64, 64>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 64) fa_forward_launch<64, 64, 64>(out, lse, qkv, lengths, B, a);
@@ -560,13 +503,8 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
                                      int B, int T, int C, int NH, int causal, float p_drop,
                                      uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
-    MHA_CU_REQUIRE(B <= 65535, "fused attention: batch larger than 65535");
-    FaArgs a = fa_args(T, C, NH, causal, p_drop, seed);
-    const size_t rows = (size_t)B * NH * T;
-    float *Di = (float *)mha_cu_scratch(MHA_SCRATCH_A, rows * sizeof(float));
-    mha_launch(fa_rowdot_do_o_kernel, (unsigned int)((rows + 7) / 8), 256)(Di, dout, out, lengths, T, C, NH,
-                                                                   a.hs, rows);
-    LAUNCH_CHECK();
+    FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    const float *Di = fused_rowdot_do_o<false>(dout, out, lengths, B, a);   /* (B, NH, T) */
     if (a.hs <= 16) fa_backward_launch<16, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 32) fa_backward_launch<32, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 64) fa_backward_launch<64, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);

@@ -30,13 +30,12 @@
  *   dQ += dS K (accumulated in fragments across key tiles).
  * dK/dV kernel, one block per key tile: S^T = K Q^T, dP^T = V dO^T, dV += (P o Z)^T dO,
  *   dK += dS^T Q (accumulated in fragments across query tiles).
- * Di = rowsum(bf16(dO) o O) in fp32 (see fb_rowdot_do_o_kernel).
+ * Di = rowsum(bf16(dO) o O) in fp32 (see fused_rowdot_do_o_kernel in attention_fused.cuh).
  *
  * The host emulation (tests/cuda/emu) provides nvcuda::wmma and bf16 stand-ins, so this file
  * also runs there (every thread holding whole fragments: logic, masks and layouts only).
  */
-#include "kernels/cuda/cuda_common.h"
-#include "kernels/rng.h"
+#include "kernels/cuda/attention_fused.cuh"
 
 #ifndef MHA_CUDA_EMU
 #include <mma.h>
@@ -93,17 +92,6 @@ __device__ __forceinline__ void fb_load_tile(fb_bf16 *__restrict__ s, const floa
     }
 }
 
-__device__ __forceinline__ int fb_len(const int32_t *lengths, int b, int T) {
-    int len = lengths[b];
-    return len < 0 ? 0 : (len > T ? T : len);
-}
-
-struct FbArgs {
-    int T, C, NH, hs, causal;
-    float scale, p_drop, inv_keep;
-    uint64_t seed;
-};
-
 /* ------------------------------------------------------------------ forward */
 
 template <int D>
@@ -116,7 +104,7 @@ struct FbFwdCfg {
 template <int D>
 __global__ void __launch_bounds__(FB_THREADS)
 fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
-                  const int32_t *__restrict__ lengths, FbArgs a) {
+                  const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FbFwdCfg<D>;
     using Pi = FbPitch<D>;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
@@ -133,18 +121,13 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int q0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fb_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     float *ob = out + (size_t)b * T * C + (size_t)h * hs;
     float *lb = lse + ((size_t)b * a.NH + h) * T;
 
     if (q0 >= len) {   /* all padding: zeros */
-        for (int idx = threadIdx.x; idx < FB_TILE * hs; idx += FB_THREADS) {
-            int r = idx / hs, d = idx % hs;
-            if (q0 + r < T) ob[(size_t)(q0 + r) * C + d] = 0.0f;
-        }
-        for (int r = threadIdx.x; r < FB_TILE; r += FB_THREADS)
-            if (q0 + r < T) lb[q0 + r] = 0.0f;
+        fused_zero_query_tile<FB_TILE, FB_THREADS>(ob, lb, q0, T, C, hs);
         return;
     }
 
@@ -220,7 +203,7 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
             const int c = lc + 2 * t;
             if (a.p_drop > 0.0f && p != 0.0f) {
                 const int j = j0 + c;
-                p = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? p * a.inv_keep : 0.0f;
+                p = fused_kept(a, bh, i, j) ? p * a.inv_keep : 0.0f;
             }
             sP[row * LDP + c] = __float2bfloat16_rn(p);
         }
@@ -255,31 +238,6 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 
 /* ------------------------------------------------------------------ backward: Di */
 
-/* Di = sum_d bf16(dO[b,i,h,d]) * O[b,i,h,d] for i < len, 0 for padding; one warp per (b, h, i).
- * dO rounded as in the dP = dO V^T product, so that dP - Di cancels as exactly as it can:
- * for a query with a single key dS = P (dP - Di) is then 0 up to summation order, where an
- * fp32 Di would leave the bf16 rounding of dO as noise of the size of the gradient itself. */
-__global__ void fb_rowdot_do_o_kernel(float *__restrict__ Di, const float *__restrict__ dout,
-                                      const float *__restrict__ out,
-                                      const int32_t *__restrict__ lengths, int T, int C, int NH,
-                                      int hs, size_t rows) {
-    const int lane = threadIdx.x & 31;
-    size_t r = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-    if (r >= rows) return;
-    const int i = (int)(r % T);
-    const int h = (int)((r / T) % NH);
-    const int b = (int)(r / ((size_t)T * NH));
-    float s = 0.0f;
-    if (i < fb_len(lengths, b, T)) {
-        const size_t base = ((size_t)b * T + i) * C + (size_t)h * hs;
-        for (int d = lane; d < hs; d += 32)
-            s += __bfloat162float(__float2bfloat16_rn(dout[base + d])) * out[base + d];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) Di[r] = s;
-}
-
 /* ------------------------------------------------------------------ backward: dQ */
 
 template <int D>
@@ -294,7 +252,7 @@ template <int D>
 __global__ void __launch_bounds__(FB_THREADS)
 fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                       const float *__restrict__ qkv, const float *__restrict__ lse,
-                      const float *__restrict__ Di, const int32_t *__restrict__ lengths, FbArgs a) {
+                      const float *__restrict__ Di, const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FbDqCfg<D>;
     using Pi = FbPitch<D>;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
@@ -313,7 +271,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int q0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fb_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     if (q0 >= len) return;   /* padded queries: no gradient */
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
@@ -372,7 +330,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                 const float p = expf(sS[row * LDS + c] * a.scale - row_lse);
                 float g = sDP[row * LDS + c];
                 if (a.p_drop > 0.0f)
-                    g = mha_rng_uniform(a.seed, (bh * T + i) * T + j) >= a.p_drop ? g * a.inv_keep : 0.0f;
+                    g = fused_kept(a, bh, i, j) ? g * a.inv_keep : 0.0f;
                 ds = p * (g - row_D);
             }
             sdS[row * LDP + c] = __float2bfloat16_rn(ds);
@@ -418,7 +376,7 @@ template <int D>
 __global__ void __launch_bounds__(FB_THREADS)
 fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                         const float *__restrict__ qkv, const float *__restrict__ lse,
-                        const float *__restrict__ Di, const int32_t *__restrict__ lengths, FbArgs a) {
+                        const float *__restrict__ Di, const int32_t *__restrict__ lengths, FusedArgs a) {
     using Cfg = FbDkvCfg<D>;
     using Pi = FbPitch<D>;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::P, LDO = Pi::O;
@@ -440,7 +398,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, C = a.C, hs = a.hs, C3 = 3 * C;
-    const int len = fb_len(lengths, b, T);
+    const int len = fused_len(lengths, b, T);
     if (j0 >= len) return;   /* padded keys: no gradient */
     const float *qb = qkv + (size_t)b * T * C3 + (size_t)h * hs;
     const float *dob = dout + (size_t)b * T * C + (size_t)h * hs;
@@ -507,7 +465,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
                 const float p = expf(sS[row * LDS + c] * a.scale - sL[c]);
                 float z = 1.0f;
                 if (a.p_drop > 0.0f)
-                    z = mha_rng_uniform(a.seed, (bh * T + ii) * T + j) >= a.p_drop ? a.inv_keep : 0.0f;
+                    z = fused_kept(a, bh, ii, j) ? a.inv_keep : 0.0f;
                 pz = p * z;
                 ds = p * (sDP[row * LDS + c] * z - sDi[c]);
             }
@@ -554,7 +512,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 
 template <int D>
 static void fb_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
-                              int B, const FbArgs &a) {
+                              int B, const FusedArgs &a) {
     static bool ready = false;
     const size_t smem = FbFwdCfg<D>::bytes;
     mha_cu_prepare_smem(fb_forward_kernel<D>, smem, &ready, "bf16 fused attention");
@@ -565,7 +523,7 @@ static void fb_forward_launch(float *out, float *lse, const float *qkv, const in
 
 template <int D>
 static void fb_backward_launch(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                               const float *Di, const int32_t *lengths, int B, const FbArgs &a) {
+                               const float *Di, const int32_t *lengths, int B, const FusedArgs &a) {
     static bool ready_dq = false, ready_dkv = false;
     const size_t smem_dq = FbDqCfg<D>::bytes, smem_dkv = FbDkvCfg<D>::bytes;
     mha_cu_prepare_smem(fb_backward_dq_kernel<D>, smem_dq, &ready_dq, "bf16 fused attention");
@@ -577,30 +535,11 @@ static void fb_backward_launch(float *dqkv, const float *dout, const float *qkv,
     LAUNCH_CHECK();
 }
 
-static FbArgs fb_args(int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed) {
-    MHA_CU_REQUIRE(B <= 65535, "fused attention: batch larger than 65535");
-    MHA_CU_REQUIRE(NH > 0 && C % NH == 0, "attention: C must be a multiple of NH");
-    FbArgs a;
-    a.T = T;
-    a.C = C;
-    a.NH = NH;
-    a.hs = C / NH;
-    a.causal = causal ? 1 : 0;
-    a.scale = 1.0f / sqrtf((float)a.hs);
-    a.p_drop = p_drop > 0.0f ? p_drop : 0.0f;
-    a.inv_keep = p_drop < 1.0f ? 1.0f / (1.0f - a.p_drop) : 0.0f;
-    a.seed = seed;
-    MHA_CU_REQUIRE(a.hs <= 128, "fused attention supports head sizes up to 128 (C / NH); use the "
-                   "materialising attention for larger heads");
-    MHA_CU_REQUIRE(NH <= 65535, "fused attention: too many heads");
-    return a;
-}
-
 void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,
                                          const int32_t *lengths, int B, int T, int C, int NH,
                                          int causal, float p_drop, uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
-    FbArgs a = fb_args(B, T, C, NH, causal, p_drop, seed);
+    FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
     if (a.hs <= 16) fb_forward_launch<16>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 32) fb_forward_launch<32>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 64) fb_forward_launch<64>(out, lse, qkv, lengths, B, a);
@@ -612,12 +551,8 @@ void mha_cu_attention_backward_fused_bf16(float *dqkv, const float *dout, const 
                                           const int32_t *lengths, int B, int T, int C, int NH,
                                           int causal, float p_drop, uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
-    FbArgs a = fb_args(B, T, C, NH, causal, p_drop, seed);
-    const size_t rows = (size_t)B * NH * T;
-    float *Di = (float *)mha_cu_scratch(MHA_SCRATCH_A, rows * sizeof(float));   /* (B, NH, T) */
-    mha_launch(fb_rowdot_do_o_kernel, (unsigned int)((rows + 7) / 8), 256)(Di, dout, out, lengths, T, C,
-                                                                   NH, a.hs, rows);
-    LAUNCH_CHECK();
+    FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    const float *Di = fused_rowdot_do_o<true>(dout, out, lengths, B, a);   /* (B, NH, T) */
     if (a.hs <= 16) fb_backward_launch<16>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 32) fb_backward_launch<32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 64) fb_backward_launch<64>(dqkv, dout, qkv, lse, Di, lengths, B, a);

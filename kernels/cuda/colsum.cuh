@@ -5,7 +5,7 @@
  *
  * Stage 1: blocks of 32 columns x ROWS rows; each thread sums a fixed strided subset of rows,
  * the block combines its 8 row-threads in a fixed order and writes one partial per
- * (v, row group, column). Stage 2: one thread per column adds the partials in row-group order.
+ * (v, row group, column). Stage 2: 32 lanes per column add the partials in a fixed order.
  * The grouping depends on N and C only, so results never depend on scheduling (no atomics).
  */
 #ifndef MHA_KERNELS_CUDA_COLSUM_CUH
@@ -51,16 +51,31 @@ struct MhaColsumDst {
     float *p[2];
 };
 
+/* Stage 2: blocks of 32 columns x 32 lanes; lane ty adds the partials g = ty, ty + 32, ... in
+ * order, then thread ty == 0 adds the 32 lane sums in order. (One thread per column walking all
+ * G = N / 128 partials was ~100 dependent loads at N = 12k.) */
+#define MHA_COLSUM_LANES 32
+
 template <int NV>
-__global__ void mha_colsum_stage2(MhaColsumDst dst, const float *partial, int C, int G) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+__global__ void __launch_bounds__(32 * MHA_COLSUM_LANES) mha_colsum_stage2(MhaColsumDst dst, const float *partial,
+                                                                           int C, int G) {
+    __shared__ float red[MHA_COLSUM_LANES][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        if (!dst.p[v]) continue;
+        if (!dst.p[v]) continue;   /* the same for the whole block */
         float s = 0.0f;
-        for (int g = 0; g < G; g++) s += partial[((size_t)v * G + g) * C + c];
-        dst.p[v][c] += s;
+        if (c < C)
+            for (int g = ty; g < G; g += MHA_COLSUM_LANES) s += partial[((size_t)v * G + g) * C + c];
+        red[ty][tx] = s;
+        __syncthreads();
+        if (ty == 0 && c < C) {
+            float sum = 0.0f;
+            for (int k = 0; k < MHA_COLSUM_LANES; k++) sum += red[k][tx];
+            dst.p[v][c] += sum;
+        }
+        __syncthreads();
     }
 }
 
@@ -74,7 +89,7 @@ static void mha_colsum_run(MhaColsumDst dst, F f, int N, int C) {
     dim3 grid((C + 31) / 32, G), block(32, 8);
     mha_launch(mha_colsum_stage1<NV, F>, grid, block)(partial, f, N, C, G);
     LAUNCH_CHECK();
-    mha_launch(mha_colsum_stage2<NV>, (C + 255) / 256, 256)(dst, partial, C, G);
+    mha_launch(mha_colsum_stage2<NV>, (C + 31) / 32, dim3(32, MHA_COLSUM_LANES))(dst, partial, C, G);
     LAUNCH_CHECK();
 }
 
