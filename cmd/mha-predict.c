@@ -1,6 +1,6 @@
 /* cmd/mha-predict.c: labels text with a trained model, or evaluates a labelled file.
  *   mha-predict --model M [FILE|-]            label<TAB>prob per input line, in order
- *   mha-predict --model M --eval FILE [--json] accuracy, macro-F1, per-class, confusion
+ *   mha-predict --model M --eval FILE|- [--json] accuracy, macro-F1, per-class, confusion
  * Input is streamed in chunks (memory stays flat); a chunk is also cut whenever no more
  * input is ready, so interactive pipes get answers line by line.
  * Exit status: 0 success, 1 runtime or data error, 2 usage error. */
@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,17 +30,23 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mha-predict --model M [options] [FILE|-]\n"
-            "       mha-predict --model M --eval FILE [--json]\n"
+            "       mha-predict --model M --eval FILE|- [--json]\n"
             "\n"
             "Reads one text per line (plain text, or a training format whose label is ignored)\n"
             "from FILE or standard input and writes one line per input line, in order.\n"
+            "Options take their value as --name VALUE or --name=VALUE.\n"
             "\n"
             "  --model M          checkpoint written by mha-train (model.mha or last.mha)\n"
             "  --top-k K          K label/probability pairs per line (default 1)\n"
             "  --format F         output format: tsv (label<TAB>prob..., default) or jsonl\n"
+            "  --input-format F   how input lines are read: auto (default: from the first non-empty\n"
+            "                     line, with a note when it is not plain text), plain (whole line\n"
+            "                     is the text), tsv, fasttext or jsonl (the label is ignored).\n"
+            "                     With --eval: the labelled file's format (plain is not allowed)\n"
             "  --attention        jsonl with each line's tokens and attention weights\n"
             "                     (attention[layer][head][query][key], materialising path)\n"
-            "  --eval FILE        evaluate a labelled file: accuracy, macro-F1, per-class, confusion\n"
+            "  --eval FILE        evaluate a labelled file (- for standard input): accuracy,\n"
+            "                     macro-F1, per-class, confusion\n"
             "  --json             with --eval: one JSON object instead of the text report\n"
             "  --batch-size N     examples per forward pass (default 64)\n"
             "  --threads N        CPU threads (default: all cores)\n"
@@ -53,12 +60,20 @@ static void usage(FILE *f) {
             "  -h, --help         this text\n");
 }
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "mha-predict: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n(run mha-predict --help for usage)\n");
+    va_end(ap);
     return MHA_EXIT_USAGE;
 }
+
+/* Count messages read "1 line was", "2 lines were". */
+static const char *lines_word(long n) { return n == 1 ? "line" : "lines"; }
+static const char *was_were(long n) { return n == 1 ? "was" : "were"; }
 
 static int parse_int(const char *s, int lo, int *out) {
     char *end;
@@ -90,10 +105,12 @@ static int reader_fill(LineReader *r) {
     return 1;
 }
 
-/* Next line without its newline, keeping at most max_bytes (the rest is skipped).
+/* Next line without its newline, keeping at most max_bytes (the rest is skipped), cut at
+ * a UTF-8 character boundary as mha-train's reader cuts its text: a cut inside a character
+ * would leave a partial sequence that the tokenizer then reports as invalid UTF-8.
  * Returns its length, or -1 at end of input. */
 static long reader_line(LineReader *r, size_t max_bytes, int *truncated) {
-    size_t n = 0;
+    size_t n = 0, limit = max_bytes + 1;   /* one byte more: the first byte after a cut */
     int any = 0;
     *truncated = 0;
     for (;;) {
@@ -102,8 +119,7 @@ static long reader_line(LineReader *r, size_t max_bytes, int *truncated) {
         char *start = r->buf + r->pos;
         char *nl = memchr(start, '\n', r->len - r->pos);
         size_t take = nl ? (size_t)(nl - start) : r->len - r->pos;
-        size_t keep = take;
-        if (n + keep > max_bytes) { keep = n < max_bytes ? max_bytes - n : 0; *truncated = 1; }
+        size_t keep = n + take > limit ? limit - n : take;
         if (n + keep + 1 > r->cap) {
             r->cap = (n + keep + 1) * 2;
             r->line = realloc(r->line, r->cap);
@@ -115,6 +131,12 @@ static long reader_line(LineReader *r, size_t max_bytes, int *truncated) {
     }
     if (!any) return -1;
     if (!r->line) { r->cap = 1; r->line = malloc(1); }
+    *truncated = n > max_bytes;
+    if (*truncated) {
+        /* back up over continuation bytes (10xxxxxx): line[n] then starts a character */
+        n = max_bytes;
+        while (n > 0 && ((unsigned char)r->line[n] & 0xC0) == 0x80) n--;
+    }
     r->line[n] = 0;
     return (long)n;
 }
@@ -171,7 +193,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
     config_read_options(&p->cfg, &p->ro);
-    p->ro.format = FORMAT_AUTO;     /* the input's own format, whatever the training file's was */
+    p->ro.format = FORMAT_AUTO;     /* main sets --input-format's */
     p->ro.tok.replace_invalid = 1;  /* never stops on a bad byte: counted and said on stderr */
     p->add_cls = strcmp(p->cfg.pooling, "cls") == 0;
     p->truncate = strcmp(p->cfg.truncate, "head_tail") == 0 ? TRUNC_HEAD_TAIL : TRUNC_HEAD;
@@ -305,6 +327,30 @@ static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, i
     free(dump.buf);
 }
 
+/* Auto-detection reads the whole input by its first non-empty line: a stray tab there makes
+ * every line lose its first column as a "label". Said once, with the way to turn it off. */
+static void note_detected_format(const char *name, long line_no, int format) {
+    const char *as, *why, *effect;
+    switch (format) {
+    case FORMAT_TSV:
+        as = "TSV", why = "has a tab";
+        effect = "the first column of each line is a label and is ignored";
+        break;
+    case FORMAT_FASTTEXT:
+        as = "fastText", why = "starts with __label__";
+        effect = "the __label__ words of each line are labels and are ignored";
+        break;
+    case FORMAT_JSONL:
+        as = "JSON Lines", why = "starts with '{'";
+        effect = "each line's \"text\" field is read, the rest is ignored";
+        break;
+    default:
+        return;   /* plain text: every line is read whole, nothing to say */
+    }
+    fprintf(stderr, "mha-predict: note: %s: read as %s (line %ld %s): %s; give --input-format plain "
+            "to read whole lines as text\n", name, as, line_no, why, effect);
+}
+
 static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, MhaError *err) {
     LineReader *lr = calloc(1, sizeof *lr);
     lr->fd = STDIN_FILENO;
@@ -339,7 +385,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             line += 3;
         size_t ll = strlen(line);
         if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
-        if (format < 0 && line[0]) format = detect_format(line);
+        if (format < 0 && line[0]) {
+            format = detect_format(line);
+            note_detected_format(name, line_no, format);
+        }
         char *label = NULL, *text = line;
         if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
             text = line;  /* not in the detected format: take the whole line as text */
@@ -359,16 +408,18 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     if (c.ds.n && !write_failed) write_predictions(p, &c, probs, top_k, jsonl);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
-        fprintf(stderr, "mha-predict: %s: %ld lines held NUL bytes (read as spaces)\n", name, nul_lines);
+        fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
+                lines_word(nul_lines));
     if (truncated_lines)
-        fprintf(stderr, "mha-predict: %s: %ld lines longer than %d bytes were truncated\n", name,
-                truncated_lines, p->ro.max_line_bytes);
+        fprintf(stderr, "mha-predict: %s: %ld %s longer than %d bytes %s truncated\n", name,
+                truncated_lines, lines_word(truncated_lines), p->ro.max_line_bytes, was_were(truncated_lines));
     if (bad_utf8_lines)
-        fprintf(stderr, "mha-predict: %s: %ld of %ld lines held invalid UTF-8\n", name, bad_utf8_lines,
-                line_no);
+        fprintf(stderr, "mha-predict: %s: %ld of %ld %s held invalid UTF-8\n", name, bad_utf8_lines,
+                line_no, lines_word(line_no));
     if (unknown_lines)
-        fprintf(stderr, "mha-predict: %s: %ld of %ld lines had no character the model knows (empty, or "
-                "all out of vocabulary): their labels are guesses\n", name, unknown_lines, line_no);
+        fprintf(stderr, "mha-predict: %s: %ld of %ld %s had no character the model knows (empty, or "
+                "all out of vocabulary): %s\n", name, unknown_lines, line_no, lines_word(line_no),
+                unknown_lines == 1 ? "its label is a guess" : "their labels are guesses");
     if (lr->fd != STDIN_FILENO) close(lr->fd);
     int read_error = lr->error;
     free(lr->line);
@@ -386,15 +437,42 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     return 0;
 }
 
+/* dataset_load opens a path; standard input is read through /dev/stdin (a pipe works too),
+ * and its name in messages is put back to "<stdin>". */
+#define STDIN_PATH "/dev/stdin"
+
+static void name_stdin_in_error(MhaError *err) {
+    static const char shown[] = "<stdin>";   /* shorter than STDIN_PATH: fits in place */
+    size_t k = strlen(STDIN_PATH), m = strlen(shown);
+    if (strncmp(err->msg, STDIN_PATH, k) != 0) return;
+    memmove(err->msg + m, err->msg + k, strlen(err->msg + k) + 1);
+    memcpy(err->msg, shown, m);
+}
+
+/* The reader's counts of lines it changed, on stderr: evaluated all the same. */
+static void report_eval_counts(const Dataset *ds, const char *name, int max_line_bytes) {
+    if (ds->n_replaced)
+        fprintf(stderr, "mha-predict: %s: %ld of %ld %s held invalid UTF-8 or NUL bytes (read as "
+                "U+FFFD; the model expects UTF-8: if the file is GBK, convert it with iconv -f GBK "
+                "-t UTF-8)\n", name, ds->n_replaced, ds->n_lines, lines_word(ds->n_lines));
+    if (ds->n_long)
+        fprintf(stderr, "mha-predict: %s: %ld %s with text longer than %d bytes (the model's "
+                "data.max_line_bytes) %s truncated, as in training\n", name, ds->n_long,
+                lines_word(ds->n_long), max_line_bytes, was_were(ds->n_long));
+}
+
 static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     Dataset ds;
-    int rc = dataset_load(path, &p->ro, p->ck.vocab, &p->ck.labels, &ds, err);
-    if (rc) return rc;
-    if (ds.n_replaced)
-        fprintf(stderr, "mha-predict: %s: %ld of %ld lines held invalid UTF-8 or NUL bytes (read as "
-                "U+FFFD; the model expects UTF-8: if the file is GBK, convert it with iconv -f GBK "
-                "-t UTF-8)\n", path, ds.n_replaced, ds.n_lines);
-    if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", path); }
+    int from_stdin = strcmp(path, "-") == 0;
+    const char *name = from_stdin ? "<stdin>" : path;
+    int rc = dataset_load(from_stdin ? STDIN_PATH : path, &p->ro, p->ck.vocab, &p->ck.labels, &ds, err);
+    if (rc) {
+        if (from_stdin) name_stdin_in_error(err);
+        return rc;
+    }
+    report_eval_counts(&ds, name, p->ro.max_line_bytes);
+    dataset_print_notes(&ds, name, "mha-predict", stderr);
+    if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", name); }
     Metrics m;
     evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m);
     if (json) {
@@ -402,7 +480,7 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
         printf("%s\n", s);
         free(s);
     } else {
-        printf("%s\n", path);
+        printf("%s\n", name);
         metrics_print(&m, p->ck.labels.names, stdout);
     }
     metrics_free(&m);
@@ -410,63 +488,130 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     return 0;
 }
 
+/* The command line, as parsed. */
+typedef struct {
+    const char *model, *input, *eval, *format, *device, *precision, *input_format;
+    int top_k, json, batch_size, threads, attention, help;
+    const char *prediction_option;   /* an option that only predictions take */
+} Args;
+
+static const char *const VALUE_OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval",
+                                            "--batch-size", "--threads", "--device", "--precision"};
+static const char *const FLAG_OPTIONS[] = {"--json", "--attention", "--help"};
+
+static int in_list(const char *name, const char *const *list, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(name, list[k])) return 1;
+    return 0;
+}
+
+/* Stores the value v of the value option `opt` (a name from VALUE_OPTIONS). */
+static int set_value(Args *a, const char *opt, const char *v) {
+    if (!strcmp(opt, "--model")) a->model = v;
+    else if (!strcmp(opt, "--eval")) a->eval = v;
+    else if (!strcmp(opt, "--device")) a->device = v;
+    else if (!strcmp(opt, "--precision")) a->precision = v;
+    else if (!strcmp(opt, "--input-format")) a->input_format = v;
+    else if (!strcmp(opt, "--format")) { a->format = v; a->prediction_option = "--format"; }
+    else if (!strcmp(opt, "--top-k")) {
+        a->prediction_option = "--top-k";
+        if (parse_int(v, 1, &a->top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
+    }
+    else if (!strcmp(opt, "--batch-size") && parse_int(v, 1, &a->batch_size))
+        return usage_error("--batch-size '%s': expected a positive integer", v);
+    else if (!strcmp(opt, "--threads") && parse_int(v, 0, &a->threads))
+        return usage_error("--threads '%s': expected a non-negative integer", v);
+    return 0;
+}
+
+/* One "--name", "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past a separate value. */
+static int parse_long_option(Args *a, int argc, char **argv, int *i) {
+    const char *arg = argv[*i], *eq = strchr(arg, '=');
+    char name[64];
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) return usage_error("unknown option '%s'", arg);
+    memcpy(name, arg, len);
+    name[len] = 0;
+    if (in_list(name, FLAG_OPTIONS, sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS)) {
+        if (eq) return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
+        if (!strcmp(name, "--json")) a->json = 1;
+        else if (!strcmp(name, "--attention")) a->attention = 1;
+        else a->help = 1;
+        return 0;
+    }
+    if (!in_list(name, VALUE_OPTIONS, sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS)) {
+        const char *near = mha_did_you_mean(name, VALUE_OPTIONS, (int)(sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS));
+        if (!near) near = mha_did_you_mean(name, FLAG_OPTIONS, (int)(sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS));
+        if (near) return usage_error("unknown option '%s' (did you mean '%s'?)", arg, near);
+        return usage_error("unknown option '%s'", arg);
+    }
+    if (eq && !eq[1]) return usage_error("%s needs a value after '=' (got '%s')", name, arg);
+    if (!eq && *i + 1 >= argc) return usage_error("%s needs a value", name);
+    return set_value(a, name, eq ? eq + 1 : argv[++*i]);
+}
+
+static int parse_args(Args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    a->device = "cpu";
+    a->input_format = "auto";
+    a->top_k = 1;
+    a->batch_size = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int rc = 0;
+        if (!strcmp(arg, "-h")) a->help = 1;
+        else if (arg[0] == '-' && arg[1] == '-') rc = parse_long_option(a, argc, argv, &i);
+        else if (arg[0] == '-' && arg[1]) return usage_error("unknown option '%s' (options are spelled --name)", arg);
+        else if (a->input) return usage_error("more than one input file given ('%s')", arg);
+        else a->input = arg;
+        if (rc) return rc;
+        if (a->help) return 0;
+    }
+    return 0;
+}
+
+/* Values and combinations that parse_args cannot judge one option at a time. */
+static int check_args(Args *a, int *input_format) {
+    const char *format = a->format ? a->format : "tsv";
+    if (!a->model) return usage_error("%s", "missing --model M (a checkpoint written by mha-train)");
+    if (strcmp(format, "tsv") && strcmp(format, "jsonl")) return usage_error("--format '%s': expected tsv or jsonl", format);
+    if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "auto"))
+        return usage_error("--device '%s': expected cpu, cuda or auto", a->device);
+    if (a->precision && strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16") && strcmp(a->precision, "int8"))
+        return usage_error("--precision '%s': expected fp32, bf16 or int8", a->precision);
+    if (a->precision && !strcmp(a->precision, "int8") && strcmp(a->device, "cpu"))
+        return usage_error("--precision int8 runs on the cpu only (drop --device %s)", a->device);
+    if ((*input_format = format_from_name(a->input_format)) < 0)
+        return usage_error("--input-format '%s': expected auto, plain, tsv, fasttext or jsonl", a->input_format);
+    if (a->eval && a->input) return usage_error("--eval reads its own file; drop the extra input '%s'", a->input);
+    if (a->attention && a->eval) return usage_error("%s", "--attention goes with predictions, not --eval");
+    if (a->prediction_option && a->eval)
+        return usage_error("%s goes with predictions, not --eval (--json gives the report as JSON)", a->prediction_option);
+    if (a->eval && *input_format == FORMAT_PLAIN)
+        return usage_error("%s", "--input-format plain goes with predictions: --eval needs labelled lines "
+                           "(give auto, tsv, fasttext or jsonl)");
+    if (a->attention && a->format && strcmp(a->format, "jsonl"))
+        return usage_error("--attention writes JSON Lines; drop --format %s", format);
+    if (a->json && !a->eval) return usage_error("%s", "--json goes with --eval (use --format jsonl for predictions)");
+    a->format = a->attention ? "jsonl" : format;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     mha_cpu_prefer_passive_wait(argv);
-    const char *model = NULL, *input = NULL, *eval = NULL, *format = "tsv", *device = "cpu", *precision = NULL;
-    int top_k = 1, json = 0, batch_size = 64, threads = 0, attention = 0;
-    const char *prediction_option = NULL;   /* an option that only predictions take */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!strcmp(a, "--attention")) { attention = 1; continue; }
-        if (!strcmp(a, "-")) {
-            if (input) return usage_error("more than one input file given ('%s')", a);
-            input = a;
-            continue;
-        }
-        if (a[0] == '-' && a[1] != '-') return usage_error("unknown option '%s' (options are spelled --name)", a);
-        if (a[0] == '-' && a[1] == '-') {
-            const char *opts[] = {"--model", "--top-k", "--format", "--eval", "--batch-size", "--threads", "--device", "--precision"};
-            int known = 0;
-            for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) known |= !strcmp(a, opts[k]);
-            if (!known) return usage_error("unknown option '%s'", a);
-            if (i + 1 >= argc) return usage_error("%s needs a value", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--model")) model = v;
-            else if (!strcmp(a, "--eval")) eval = v;
-            else if (!strcmp(a, "--device")) device = v;
-            else if (!strcmp(a, "--precision")) precision = v;
-            else if (!strcmp(a, "--format")) { format = v; prediction_option = a; }
-            else if (!strcmp(a, "--top-k")) {
-                prediction_option = a;
-                if (parse_int(v, 1, &top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
-            }
-            else if (!strcmp(a, "--batch-size") && parse_int(v, 1, &batch_size)) return usage_error("--batch-size '%s': expected a positive integer", v);
-            else if (!strcmp(a, "--threads") && parse_int(v, 0, &threads)) return usage_error("--threads '%s': expected a non-negative integer", v);
-            continue;
-        }
-        if (input) return usage_error("more than one input file given ('%s')", a);
-        input = a;
-    }
-    if (!model) return usage_error("%s", "missing --model M (a checkpoint written by mha-train)");
-    if (strcmp(format, "tsv") && strcmp(format, "jsonl")) return usage_error("--format '%s': expected tsv or jsonl", format);
-    if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto")) return usage_error("--device '%s': expected cpu, cuda or auto", device);
-    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "int8"))
-        return usage_error("--precision '%s': expected fp32, bf16 or int8", precision);
-    if (precision && !strcmp(precision, "int8") && strcmp(device, "cpu"))
-        return usage_error("--precision int8 runs on the cpu only (drop --device %s)", device);
-    if (eval && input) return usage_error("--eval reads its own file; drop the extra input '%s'", input);
-    if (attention && eval) return usage_error("%s", "--attention goes with predictions, not --eval");
-    if (prediction_option && eval)
-        return usage_error("%s goes with predictions, not --eval (--json gives the report as JSON)", prediction_option);
-    if (attention) format = "jsonl";
-    if (json && !eval) return usage_error("%s", "--json goes with --eval (use --format jsonl for predictions)");
+    Args a;
+    int input_format = FORMAT_AUTO, rc;
+    if ((rc = parse_args(&a, argc, argv))) return rc;
+    if (a.help) { usage(stdout); return 0; }
+    if ((rc = check_args(&a, &input_format))) return rc;
 
     Predictor p;
     MhaError err = {0};
-    int rc = load_predictor(&p, model, batch_size, threads, device, precision, attention, &err);
-    if (rc == 0) rc = eval ? run_eval(&p, eval, json, &err) : run_predict(&p, input, top_k, !strcmp(format, "jsonl"), &err);
+    rc = load_predictor(&p, a.model, a.batch_size, a.threads, a.device, a.precision, a.attention, &err);
+    p.ro.format = input_format;   /* auto: each input's own format, whatever the training file's was */
+    if (rc == 0)
+        rc = a.eval ? run_eval(&p, a.eval, a.json, &err)
+                    : run_predict(&p, a.input, a.top_k, !strcmp(a.format, "jsonl"), &err);
     free_predictor(&p);
     errno = 0;
     if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))   /* --eval report on a full disk */

@@ -6,14 +6,15 @@
 #include "model/config.h"
 #include "model/trainer.h"
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: mha-train --config FILE [--set key=value ...] [--overwrite] [--max-steps N] [--quiet]\n"
-            "       mha-train --resume OUTPUT_DIR/last.mha [--max-steps N] [--quiet]\n"
+            "usage: mha-train --config FILE [--set key=value ...] [--overwrite] [--max-steps N] [--quiet] [--profile]\n"
+            "       mha-train --resume OUTPUT_DIR/last.mha [--max-steps N] [--quiet] [--profile]\n"
             "\n"
             "Trains a Transformer text classifier described by a JSON config (sections data,\n"
             "model, train, output; see configs/demo.json). Writes OUTPUT_DIR/model.mha (best on\n"
@@ -28,14 +29,34 @@ static void usage(FILE *f) {
             "  --quiet            no resolved config and no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
             "  -h, --help         this text, then every config key\n"
+            "Options that take a value also take it as --name=value.\n"
             "\n");
 }
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "mha-train: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n(run mha-train --help for usage)\n");
+    va_end(ap);
     return MHA_EXIT_USAGE;
+}
+
+static const char *const VALUE_OPTIONS[] = {"--config", "--set", "--resume", "--max-steps"};
+static const char *const FLAG_OPTIONS[] = {"--quiet", "--overwrite", "--profile", "--help"};
+#define N_OF(a) ((int)(sizeof a / sizeof *a))
+
+static int unknown_option(const char *arg) {
+    if (arg[0] != '-') return usage_error("unexpected argument '%s' (a config file is given as --config %s)", arg, arg);
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+    const char *near = mha_did_you_mean(name, VALUE_OPTIONS, N_OF(VALUE_OPTIONS));
+    if (!near) near = mha_did_you_mean(name, FLAG_OPTIONS, N_OF(FLAG_OPTIONS));
+    if (near) return usage_error("unknown argument '%s' (did you mean '%s'?)", arg, near);
+    if (arg[0] == '-' && arg[1] != '-') return usage_error("unknown argument '%s' (options are spelled --name)", arg);
+    return usage_error("unknown argument '%s'", arg);
 }
 
 int main(int argc, char **argv) {
@@ -45,8 +66,19 @@ int main(int argc, char **argv) {
     int n_sets = 0;
     TrainOptions opt = {0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
+        const char *a = argv[i], *eq_value = NULL;
+        char name[64];
+        if (!strncmp(a, "--", 2) && strchr(a, '=') && (size_t)(strchr(a, '=') - a) < sizeof name) {
+            /* --name=value: the same as --name value, for the options that take one */
+            snprintf(name, sizeof name, "%.*s", (int)(strchr(a, '=') - a), a);
+            eq_value = strchr(a, '=') + 1;
+            a = name;
+            int n_value = 0;
+            for (int k = 0; k < N_OF(VALUE_OPTIONS); k++) n_value += !strcmp(a, VALUE_OPTIONS[k]);
+            if (!n_value) { free(sets); return unknown_option(argv[i]); }
+            if (!*eq_value) { free(sets); return usage_error("%s needs a value after '=' (got '%s')", a, argv[i]); }
+        }
+        int has_value = eq_value || i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             config_print_help(stdout);
@@ -58,7 +90,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--profile")) opt.profile = 1;
         else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
-            const char *v = argv[++i];
+            const char *v = eq_value ? eq_value : argv[++i];
             if (!strcmp(a, "--config")) config_path = v;
             else if (!strcmp(a, "--set")) sets[n_sets++] = v;
             else if (!strcmp(a, "--resume")) opt.resume_path = v;
@@ -69,7 +101,7 @@ int main(int argc, char **argv) {
             }
         } else {
             free(sets);
-            return usage_error("unknown argument '%s'", a);
+            return unknown_option(a);
         }
     }
     if (!config_path && !opt.resume_path) { free(sets); return usage_error("%s", "missing --config FILE"); }

@@ -5,9 +5,12 @@
  * checked for UTF-8 and NUL bytes (an error naming the byte offset in the line, or U+FFFD
  * when tok.replace_invalid); a line of only ASCII whitespace is empty (skipped, counted);
  * otherwise it is parsed, its text cut to max_line_bytes at a character boundary (counted
- * in n_long) and tokenised. Labels are kept as strings; TSV labels lose surrounding
- * spaces. The training file is read once: tokens are interned into a VocabCounter while
- * reading, then the vocabulary is built and the interned indices are mapped to ids. */
+ * in n_long) and tokenised. Labels are kept as strings and lose surrounding spaces. A
+ * UTF-16 file is refused (its byte-order mark); a first TSV line of column names
+ * ("label<TAB>text") is skipped; TSV lines with more columns and fastText lines with more
+ * labels are read (text after the first tab; the first label) and counted for a note.
+ * The training file is read once: tokens are interned into a VocabCounter while reading,
+ * then the vocabulary is built and the interned indices are mapped to ids. */
 #include "data/dataset.h"
 #include "data/json_syntax.h"
 
@@ -19,7 +22,10 @@
 #include <sys/types.h>
 
 #define JSON_SHAPE "{\"label\": ..., \"text\": ...}"
-#define UTF8_HINT "set data.replace_invalid=true to replace bad bytes with U+FFFD"
+#define REPLACE_HINT "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true"
+#define UTF8_HINT "a GBK file (common for Chinese text) converts with 'iconv -f GBK -t UTF-8 FILE > NEW'; " \
+                  REPLACE_HINT
+#define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; " REPLACE_HINT
 
 /* ---- formats and one line --------------------------------------------------------------- */
 
@@ -104,6 +110,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
                           cJSON_IsNumber(l) ? " that is not an integer" : "");
             goto done;
         }
+        while (*ls == ' ') ls++;   /* surrounding spaces dropped, as in TSV labels */
         if (!*ls) {
             rc = mha_fail(err, MHA_EXIT_DATA, "empty label (expected a non-empty \"label\")");
             goto done;
@@ -111,7 +118,12 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
     }
     {
         /* decoded strings are never longer than their JSON form, so they fit in `line` */
-        size_t tl = strlen(ts), ll = ls ? strlen(ls) + 1 : 0;
+        size_t tl = strlen(ts), ll = 0;
+        if (ls) {
+            ll = strlen(ls);
+            while (ll > 0 && ls[ll - 1] == ' ') ll--;
+            ll++;   /* room for the NUL */
+        }
         if (tl + 1 + ll > room) {
             rc = mha_fail(err, MHA_EXIT_DATA, "JSON fields longer than the line (expected " JSON_SHAPE ")");
             goto done;
@@ -119,7 +131,8 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         memcpy(line, ts, tl + 1);
         *text = line;
         if (ls) {
-            memcpy(line + tl + 1, ls, ll);
+            memcpy(line + tl + 1, ls, ll - 1);
+            line[tl + ll] = '\0';
             *label = line + tl + 1;
         }
     }
@@ -216,6 +229,60 @@ static void known_labels(const LabelMap *m, char *buf, size_t cap) {
     }
 }
 
+/* ---- what a user may not expect -------------------------------------------------------- */
+
+static int in_list(const char *s, const char *const *list) {
+    for (; *list; list++) {
+        size_t i = 0;
+        while (s[i] && (*list)[i] && (s[i] | 0x20) == ((*list)[i] | 0x20)) i++;   /* ASCII case-insensitive */
+        if (!s[i] && !(*list)[i]) return 1;
+    }
+    return 0;
+}
+
+/* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论". Both columns must
+ * be names, so a real class called "label" still trains. */
+static int is_header(const char *label, const char *text) {
+    static const char *const label_names[] = {"label", "labels", "class", "category", "target", "y",
+                                              "tag", "sentiment", "标签", "类别", "分类", "类型", "情感", NULL};
+    static const char *const text_names[] = {"text", "texts", "sentence", "review", "content", "comment",
+                                             "doc", "document", "title", "query", "x", "文本", "内容", "评论",
+                                             "句子", "标题", "评论内容", NULL};
+    while (*text == ' ') text++;
+    char t[32];
+    size_t n = strlen(text);
+    while (n > 0 && is_space(text[n - 1])) n--;
+    if (n >= sizeof t) return 0;
+    memcpy(t, text, n);
+    t[n] = '\0';
+    return in_list(label, label_names) && in_list(t, text_names);
+}
+
+static const char *lines_word(long n) { return n == 1 ? "line has" : "lines have"; }
+
+void dataset_print_notes(const Dataset *d, const char *path, const char *prog, FILE *f) {
+    if (d->header_line)
+        fprintf(f, "%s: note: %s:%ld holds column names (a header line); skipped\n", prog, path,
+                d->header_line);
+    if (d->n_extra_columns)
+        fprintf(f, "%s: note: %s: %ld %s more than two tab-separated columns (first: line %ld); "
+                "everything after the first tab is read as the text\n", prog, path, d->n_extra_columns,
+                lines_word(d->n_extra_columns), d->first_extra_columns);
+    if (d->n_extra_labels)
+        fprintf(f, "%s: note: %s: %ld %s more than one __label__ (first: line %ld); only the first "
+                "label is used (mha trains single-label classifiers)\n", prog, path, d->n_extra_labels,
+                lines_word(d->n_extra_labels), d->first_extra_labels);
+}
+
+/* fastText: a second __label__ after the first one (parse_line skips it) */
+static int fasttext_extra_label(const char *s) {
+    while (*s == ' ') s++;
+    if (strncmp(s, "__label__", 9) != 0) return 0;
+    while (*s && !is_space(*s)) s++;
+    while (is_space(*s)) s++;
+    return strncmp(s, "__label__", 9) == 0;
+}
+
 /* ---- reading a file --------------------------------------------------------------------- */
 
 typedef struct {
@@ -275,9 +342,13 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
         if (lab < 0) {
             char known[1024];
             known_labels(r->labels, known, sizeof known);
+            const char *hint = strstr(label, "\xEF\xBF\xBD")
+                                   ? "; the label held bytes that are not UTF-8, read as U+FFFD: if "
+                                     "the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'"
+                                   : "";
             return mha_fail(err, MHA_EXIT_DATA,
-                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)",
-                            r->path, line_no, label, known);
+                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)%s",
+                            r->path, line_no, label, known, hint);
         }
     }
     if (o->max_line_bytes > 0 && tlen > (size_t)o->max_line_bytes) {
@@ -339,6 +410,14 @@ static int read_file(Reader *r, MhaError *err) {
         if (len && line[len - 1] == '\r') len--;
         line[len] = '\0';
         char *s = line;
+        if (line_no == 1 && len >= 2 && ((unsigned char)s[0] == 0xFF || (unsigned char)s[0] == 0xFE) &&
+            ((unsigned char)s[1] ^ (unsigned char)s[0]) == 0x01) {   /* FF FE or FE FF */
+            rc = mha_fail(err, MHA_EXIT_DATA,
+                          "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
+                          "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", r->path,
+                          (unsigned char)s[0], (unsigned char)s[1], r->path);
+            break;
+        }
         if (line_no == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
             s += 3;
             len -= 3;
@@ -349,10 +428,9 @@ static int read_file(Reader *r, MhaError *err) {
         if (bad < len || nul) {
             int is_nul = nul && (size_t)(nul - s) < bad;
             if (!o->tok.replace_invalid) {
-                rc = mha_fail(err, MHA_EXIT_DATA,
-                              "%s:%ld: %s at byte offset %zu (expected UTF-8 text; " UTF8_HINT ")",
+                rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s at byte offset %zu (expected UTF-8 text; %s)",
                               r->path, line_no, is_nul ? "NUL byte" : "invalid UTF-8",
-                              (is_nul ? (size_t)(nul - s) : bad) + bom);
+                              (is_nul ? (size_t)(nul - s) : bad) + bom, is_nul ? NUL_HINT : UTF8_HINT);
                 break;
             }
             if (fix_cap < 3 * len + 1) {
@@ -387,9 +465,18 @@ static int read_file(Reader *r, MhaError *err) {
         }
         char *label, *text;
         MhaError perr;
+        if (format == FORMAT_FASTTEXT && fasttext_extra_label(s) && !d->n_extra_labels++)
+            d->first_extra_labels = line_no;
         if (parse_line(s, format, &label, &text, &perr)) {
             rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, perr.msg);
             break;
+        }
+        if (format == FORMAT_TSV && label) {
+            if (d->n == 0 && !d->header_line && is_header(label, text)) {
+                d->header_line = line_no;
+                continue;
+            }
+            if (strchr(text, '\t') && !d->n_extra_columns++) d->first_extra_columns = line_no;
         }
         if (!need_label) label = NULL;
         else if (!label) {

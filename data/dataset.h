@@ -33,7 +33,16 @@ typedef struct {
     int32_t *line_no;           /* (n) 1-based source line of each example */
     long n_lines, n_empty, n_long, n_tokens, n_unk;  /* statistics */
     long n_replaced;            /* lines whose invalid UTF-8 / NUL bytes became U+FFFD (replace_invalid) */
+    long n_extra_columns;       /* TSV lines with more than two tab-separated columns: their text
+                                   is everything after the first tab, tabs included */
+    long n_extra_labels;        /* fastText lines with more than one __label__: the first counts */
+    long first_extra_columns, first_extra_labels;   /* line numbers of the first such lines */
+    long header_line;           /* a TSV column-name line ("label<TAB>text") that was skipped; 0: none */
 } Dataset;
+
+/* Notes on what was read in a way the user may not expect (a skipped header line, extra
+ * columns, extra labels), one line each on f, "PROG: note: PATH...". Nothing when none. */
+void dataset_print_notes(const Dataset *d, const char *path, const char *prog, FILE *f);
 
 /* Read the training file: builds the vocab (min_count, max_vocab) and the label map
  * from it, then the dataset. */

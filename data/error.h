@@ -1,4 +1,4 @@
-/* data/error.h: the user-facing error type shared by every layer.
+/* data/error.h: the user-facing error type shared by every layer, and name suggestions.
  * Library code never exits for a user error: it fills an MhaError and returns a
  * non-zero exit code up to cmd/, which prints the message and exits with it. */
 #ifndef MHA_DATA_ERROR_H
@@ -14,5 +14,12 @@ typedef struct {
 /* Fill err (may be NULL) with a printf-style message; returns code. */
 int mha_fail(MhaError *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* "Did you mean ...?" for a name the user typed: Levenshtein distance (strings cut to 63
+ * bytes); whether a distance is close enough to suggest (1 + len/4, at most 3); and the
+ * closest of names[0..n) when close enough, else NULL. */
+int mha_edit_distance(const char *a, const char *b);
+int mha_close_enough(int dist, const char *typed);
+const char *mha_did_you_mean(const char *typed, const char *const *names, int n);
 
 #endif

@@ -294,32 +294,6 @@ static int enum_error(MhaError *err, const char *loc, const KeyDesc *k, const ch
 }
 
 /* Levenshtein distance (strings longer than 63 bytes are compared by their head). */
-static int edit_distance(const char *a, const char *b) {
-    int row[64], n = (int)strlen(a), m = (int)strlen(b);
-    if (n > 63) n = 63;
-    if (m > 63) m = 63;
-    for (int j = 0; j <= m; j++) row[j] = j;
-    for (int i = 1; i <= n; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= m; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[m];
-}
-
-static int close_enough(int dist, const char *typed) {
-    int limit = 1 + (int)strlen(typed) / 4;
-    if (limit > 3) limit = 3;
-    return dist <= limit;
-}
-
 /* "unknown key 'X' (did you mean 'Y'?)" or a list of the section's keys / the sections. */
 static int unknown_key(MhaError *err, const char *loc, const char *dotted) {
     char sec[64] = "";
@@ -344,17 +318,17 @@ static int unknown_key(MhaError *err, const char *loc, const char *dotted) {
         int d;
         if (s >= 0) {
             if (!key_in_section(&KEYS[i], SECTIONS[s])) continue;
-            d = edit_distance(shortname, key_short(&KEYS[i]));
+            d = mha_edit_distance(shortname, key_short(&KEYS[i]));
         } else {
-            d = edit_distance(dotted, KEYS[i].name);
+            d = mha_edit_distance(dotted, KEYS[i].name);
             if (!dot) {
-                int d2 = edit_distance(dotted, key_short(&KEYS[i]));
+                int d2 = mha_edit_distance(dotted, key_short(&KEYS[i]));
                 if (d2 < d) d = d2;
             }
         }
         if (d < best_d) { best_d = d; best = i; }
     }
-    if (best >= 0 && close_enough(best_d, s >= 0 ? shortname : dotted))
+    if (best >= 0 && mha_close_enough(best_d, s >= 0 ? shortname : dotted))
         return failf(err, loc, "unknown key '%s' (did you mean '%s'?)", dotted,
                      KEYS[best].name);
 
@@ -382,10 +356,10 @@ static int unknown_section(MhaError *err, const char *loc, const char *name) {
                          "their section)", name, KEYS[i].name);
     int best = 0, best_d = INT_MAX;
     for (int i = 0; i < NSECTIONS; i++) {
-        int d = edit_distance(name, SECTIONS[i]);
+        int d = mha_edit_distance(name, SECTIONS[i]);
         if (d < best_d) { best_d = d; best = i; }
     }
-    if (close_enough(best_d, name))
+    if (mha_close_enough(best_d, name))
         return failf(err, loc, "unknown section '%s' (did you mean '%s'?)", name,
                      SECTIONS[best]);
     return failf(err, loc, "unknown section '%s' (allowed: data, model, train, output)", name);

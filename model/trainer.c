@@ -316,6 +316,17 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     if (r->labels.n < 2)
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
                         "classes to tell apart)", c->train, r->labels.names[0]);
+    if (!resume && r->labels.n > 20 && 2L * r->labels.n > r->train.n) {
+        const char *eg = r->labels.names[r->labels.n / 2];
+        int n = (int)strlen(eg);
+        if (n > 60)
+            for (n = 60; n > 0 && ((unsigned char)eg[n] & 0xC0) == 0x80; n--) {}   /* whole characters */
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "%s: %d classes for %d examples: most labels occur once (e.g. '%.*s'); are the "
+                        "label and the text swapped? (expected a short label first: 'label<TAB>text', "
+                        "'__label__LABEL text' or {\"label\": ..., \"text\": ...})",
+                        c->train, r->labels.n, r->train.n, n, eg);
+    }
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
         r->has_dev = r->dev.n > 0;
@@ -334,8 +345,13 @@ static void print_data_stats(Run *r, Batcher *bt) {
     if (r->train.n_replaced)
         fprintf(stderr, ", %ld with invalid UTF-8 or NUL bytes read as U+FFFD", r->train.n_replaced);
     fputc('\n', stderr);
+    dataset_print_notes(&r->train, c->train, "mha-train", stderr);
+    if (r->has_dev) dataset_print_notes(&r->dev, c->dev, "mha-train", stderr);
+    if (r->has_test) dataset_print_notes(&r->test, c->test, "mha-train", stderr);
+    const int shown = r->labels.n <= 40 ? r->labels.n : 30;
     fprintf(stderr, "vocab %d tokens, %d classes:", vocab_size(r->vocab), r->labels.n);
-    for (int k = 0; k < r->labels.n; k++) fprintf(stderr, " %s", r->labels.names[k]);
+    for (int k = 0; k < shown; k++) fprintf(stderr, " %s", r->labels.names[k]);
+    if (shown < r->labels.n) fprintf(stderr, " ... (%d more)", r->labels.n - shown);
     fprintf(stderr, "\n");
     if (r->has_dev)
         fprintf(stderr, "dev %s: %d examples, OOV rate %.2f%%\n", c->dev, r->dev.n,

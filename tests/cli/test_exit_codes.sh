@@ -5,6 +5,11 @@ source "$(dirname "$0")/lib.sh" "$@"
 expect_exit 2 "missing --config" "$TRAIN"
 expect_exit 2 "unknown argument" "$TRAIN" --bogus
 expect_exit 0 "" "$TRAIN" --help
+expect_exit 2 "unknown argument '--confg' \(did you mean '--config'\?\)" "$TRAIN" --confg configs/demo.json
+expect_exit 2 "unexpected argument 'configs/demo.json' \(a config file is given as --config configs/demo.json\)" "$TRAIN" configs/demo.json
+expect_exit 2 "--quiet=1.*did you mean '--quiet'" "$TRAIN" --config configs/demo.json --quiet=1
+expect_exit 2 "--max-steps '0': expected a positive integer" "$TRAIN" --config=configs/demo.json --max-steps=0
+expect_exit 2 "did you mean '--top-k'" "$PREDICT" --model x --topk 3
 expect_exit 2 "did you mean 'train.lr'" "$TRAIN" --config configs/demo.json --set train.lrr=1
 expect_exit 2 "train.lr" "$TRAIN" --config configs/demo.json --set train.lr=-1
 expect_exit 2 "n_heads" "$TRAIN" --config configs/demo.json --set model.n_heads=3
@@ -16,6 +21,25 @@ expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set d
 grep '^体育' data/sample/train.tsv >"$TMP/one.tsv"
 expect_exit 1 "one.tsv: every example has the label '体育' \(expected at least 2 classes" \
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/one.tsv" --quiet
+# label and text swapped: a class per example is refused, with the likely cause
+awk -F'\t' '{print $2"\t"$1}' data/sample/train.tsv >"$TMP/swap.tsv"
+expect_exit 1 "swap.tsv: 654 classes for 654 examples: most labels occur once .*are the label and the text swapped\?" \
+  "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/swap.tsv" --quiet
+# a header line is skipped with a note (training and --eval); extra columns are noted
+{ printf 'label\ttext\n'; cat data/sample/train.tsv; } >"$TMP/hdr.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/hdr.tsv" --set data.test="$TMP/hdr.tsv" --max-steps 1 \
+  --set output.dir="$TMP/notes" --quiet --overwrite >/dev/null 2>"$TMP/e" \
+  && [ "$(grep -c "hdr.tsv:1 holds column names (a header line); skipped" "$TMP/e")" = 2 ] \
+  && grep -q "654 examples" "$TMP/e" && grep -q "4 classes: 体育 旅游 科技 美食$" "$TMP/e" \
+  || fail "header line in training: $(cat "$TMP/e")"
+"$PREDICT" --model "$TMP/notes/last.mha" --eval "$TMP/hdr.tsv" >/dev/null 2>"$TMP/e" \
+  && grep -q "mha-predict: note: .*hdr.tsv:1 holds column names (a header line); skipped" "$TMP/e" \
+  || fail "header line in --eval: $(cat "$TMP/e")"
+awk -F'\t' '{print $1"\t"$2"\textra"}' data/sample/train.tsv >"$TMP/extra.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/extra.tsv" --max-steps 1 \
+  --set output.dir="$TMP/notes" --quiet --overwrite >/dev/null 2>"$TMP/e" \
+  && grep -q "extra.tsv: 654 lines have more than two tab-separated columns (first: line 1); everything after the first tab is read as the text" "$TMP/e" \
+  || fail "extra columns: $(cat "$TMP/e")"
 expect_exit 2 "missing --model" "$PREDICT"
 expect_exit 2 "top-k" "$PREDICT" --model x --top-k 0
 expect_exit 2 "expected fp32, bf16 or int8" "$PREDICT" --model x --precision fp16

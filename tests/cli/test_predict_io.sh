@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_predict_io.sh: mha-predict output formats, order, stdin streaming,
 # training-format input (label ignored, the format detected from the input whatever the
-# model was trained on), empty lines and invalid UTF-8 (said on stderr), --eval --json keys,
-# options that do not go together.
+# model was trained on, with a note; --input-format to force it), empty lines, invalid UTF-8
+# and over-long lines (said on stderr, counts in the singular too), --eval --json keys,
+# --eval - (stdin), --name=value spellings, options that do not go together.
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
@@ -44,7 +45,59 @@ grep -q "gbk2.txt:1: invalid UTF-8 .*iconv -f GBK -t UTF-8" "$TMP/pg.err" && gre
 grep -q '"n":5' "$TMP/pe" || fail "--eval on bad bytes: expected 5 examples: $(cat "$TMP/pe")"
 grep -q "bad.tsv: 2 of 5 lines held invalid UTF-8 or NUL bytes .*iconv -f GBK -t UTF-8" "$TMP/pe.err" \
   || fail "--eval did not report the bad bytes: $(cat "$TMP/pe.err")"
+# an over-long line is cut at a character boundary (1048576 falls inside a 3-byte 好), so
+# valid UTF-8 stays valid: counted as truncated, never as invalid UTF-8; the same in --eval
+{ yes 好 | head -n 400000 | tr -d '\n'; echo; } >"$TMP/long.txt"
+cat "$TMP/long.txt" | "$PREDICT" --model "$M" >"$TMP/pl" 2>"$TMP/pl.err" || fail "predict on a 1.2 MB line failed"
+[ "$(wc -l <"$TMP/pl")" = 1 ] || fail "a 1.2 MB line: expected 1 output line"
+grep -q "<stdin>: 1 line longer than 1048576 bytes was truncated$" "$TMP/pl.err" && ! grep -q "UTF-8" "$TMP/pl.err" \
+  || fail "a long valid line: expected only '1 line ... was truncated': $(cat "$TMP/pl.err")"
+{ head -3 data/sample/dev.tsv; printf '美食\t'; cat "$TMP/long.txt"; } >"$TMP/long.tsv"
+"$PREDICT" --model "$M" --eval "$TMP/long.tsv" --json >"$TMP/el" 2>"$TMP/el.err" || fail "--eval with a long line failed: $(cat "$TMP/el.err")"
+grep -q "long.tsv: 1 line with text longer than 1048576 bytes .* was truncated" "$TMP/el.err" && ! grep -q "UTF-8" "$TMP/el.err" \
+  || fail "--eval did not report the truncated line: $(cat "$TMP/el.err")"
+# singular counts: "1 of 1 line", "1 line held", "its label is a guess"
+{ cat "$TMP/gbk.txt"; printf 'a\0b\n'; } | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/p1.err"
+grep -q "<stdin>: 1 of 2 lines held invalid UTF-8" "$TMP/p1.err" && grep -q "<stdin>: 1 line held NUL bytes" "$TMP/p1.err" \
+  || fail "singular/plural counts: $(cat "$TMP/p1.err")"
+"$PREDICT" --model "$M" "$TMP/gbk.txt" >/dev/null 2>"$TMP/p1.err"
+grep -q "gbk.txt: 1 of 1 line held invalid UTF-8" "$TMP/p1.err" || fail "'1 of 1 line': $(cat "$TMP/p1.err")"
+printf '\n' | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/p1.err"
+grep -q "<stdin>: 1 of 1 line had no character the model knows .*: its label is a guess" "$TMP/p1.err" \
+  || fail "one unknown line: $(cat "$TMP/p1.err")"
+# auto-detection other than plain text says so once, with the way out; --input-format forces
+# the format (no note), plain reads the label as text
+printf '酒店\t干净\n' | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/pn.err"
+grep -q "^mha-predict: note: <stdin>: read as TSV (line 1 has a tab): the first column of each line is a label and is ignored; give --input-format plain" "$TMP/pn.err" \
+  || fail "a tab in line 1: no note: $(cat "$TMP/pn.err")"
+"$PREDICT" --model "$M" data/sample/dev.tsv 2>&1 >/dev/null | grep -c "note: .*read as TSV" | grep -qx 1 || fail "the TSV note is not said exactly once"
+"$PREDICT" --model "$M" "$TMP/dev.jsonl" 2>&1 >/dev/null | grep -q "note: .*dev.jsonl: read as JSON Lines (line 1" || fail "no note for JSON Lines input"
+"$PREDICT" --model "$M" --input-format tsv data/sample/dev.tsv >"$TMP/pf" 2>"$TMP/pf.err" && cmp -s "$TMP/p1" "$TMP/pf" && [ ! -s "$TMP/pf.err" ] \
+  || fail "--input-format tsv: other predictions, or a note: $(cat "$TMP/pf.err")"
+"$PREDICT" --model "$M" --input-format=jsonl "$TMP/dev.jsonl" 2>&1 >"$TMP/pf" | grep -q . && fail "--input-format=jsonl printed a note"
+cmp -s "$TMP/p1" "$TMP/pf" || fail "--input-format=jsonl predicts differently"
+"$PREDICT" --model "$M" --input-format plain data/sample/dev.tsv >"$TMP/pf" 2>"$TMP/pf.err" && ! cmp -s "$TMP/p1" "$TMP/pf" && [ ! -s "$TMP/pf.err" ] \
+  || fail "--input-format plain did not read the label column as text: $(cat "$TMP/pf.err")"
+expect_exit 2 "--input-format 'xml': expected auto, plain, tsv, fasttext or jsonl" "$PREDICT" --model "$M" --input-format xml
+expect_exit 2 "--input-format plain goes with predictions: --eval needs labelled lines" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --input-format plain
+expect_exit 1 "dev.tsv:1: missing __label__ prefix" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --input-format fasttext
+# --eval - reads the labelled lines from standard input (a pipe), named <stdin> in messages
+cmp -s <(cat data/sample/dev.tsv | "$PREDICT" --model "$M" --eval - --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
+  || fail "--eval - on a pipe differs from --eval FILE"
+[ "$(cat data/sample/dev.tsv | "$PREDICT" --model "$M" --eval - | head -1)" = "<stdin>" ] || fail "--eval - report not headed <stdin>"
+expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the training set" "$PREDICT" --model "$M" --eval - \
+  < <(head -1 data/sample/dev.tsv; printf 'xx\t干净\n')
+# --name=value for every value option; flags take no value
+"$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
+  && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
+cmp -s <("$PREDICT" --model "$M" --eval=data/sample/dev.tsv --input-format=tsv --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
+  || fail "--eval=FILE differs from --eval FILE"
+expect_exit 2 "--json takes no value \(got '--json=1'" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --json=1
+expect_exit 2 "--attention takes no value" "$PREDICT" --model "$M" --attention=yes
+expect_exit 2 "--top-k needs a value after '='" "$PREDICT" --model "$M" --top-k=
+expect_exit 2 "unknown option '--modle=x'" "$PREDICT" --modle=x
 # options that do not go together, or are not options
+expect_exit 2 "--attention writes JSON Lines; drop --format tsv" "$PREDICT" --model "$M" --attention --format tsv
 expect_exit 2 "unknown option '-k' \(options are spelled --name\)" "$PREDICT" --model "$M" -k 3
 expect_exit 2 "--format goes with predictions, not --eval" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --format jsonl
 expect_exit 2 "--top-k goes with predictions, not --eval" "$PREDICT" --model "$M" --top-k 2 --eval data/sample/dev.tsv

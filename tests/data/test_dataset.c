@@ -173,6 +173,8 @@ static void test_fasttext_jsonl(void) {
         CHECK(d.labels[0] == 1 && d.labels[1] == 0 && d.labels[2] == 1, "fasttext labels");
         CHECK(strcmp(example(&d, v, 0), "great|movie") == 0, "first label only: %s", example(&d, v, 0));
         CHECK(d.offsets[3] == d.offsets[2], "label without text");
+        CHECK(d.n_extra_labels == 1 && d.first_extra_labels == 1, "extra labels counted: %ld (line %ld)",
+              d.n_extra_labels, d.first_extra_labels);
         dataset_free(&d);
         vocab_free(v);
         labelmap_free(&lm);
@@ -182,14 +184,15 @@ static void test_fasttext_jsonl(void) {
         "{\"label\": \"酒店\", \"text\": \"很好\\n\\u0041B\"}\n"
         "{\"text\": \"差\", \"label\": 1, \"extra\": [1, 2]}\r\n"
         "\n"
-        "  {\"label\": -7, \"text\": \"\"}\n");
+        "  {\"label\": -7, \"text\": \"\"}\n"
+        "{\"label\": \" 酒店  \", \"text\": \"好\"}\n");
     rc = dataset_load_train(js, &o, 1, 0, &v, &lm, &d, &err);
-    CHECK(rc == 0 && d.n == 3 && lm.n == 3, "jsonl: %s", err.msg);
+    CHECK(rc == 0 && d.n == 4 && lm.n == 3, "jsonl (labels lose surrounding spaces, as in TSV): %s", err.msg);
     if (!rc) {
         CHECK(strcmp(lm.names[0], "-7") == 0 && strcmp(lm.names[1], "1") == 0 && strcmp(lm.names[2], "酒店") == 0,
               "integer labels become strings");
         CHECK(strcmp(example(&d, v, 0), "很|好|ab") == 0, "escapes decoded: %s", example(&d, v, 0));
-        CHECK(d.labels[1] == 1 && d.n_empty == 1, "jsonl labels / empty");
+        CHECK(d.labels[1] == 1 && d.labels[3] == 2 && d.n_empty == 1, "jsonl labels / empty");
         dataset_free(&d);
         vocab_free(v);
         labelmap_free(&lm);
@@ -205,6 +208,66 @@ static void test_fasttext_jsonl(void) {
         vocab_free(v);
         labelmap_free(&lm);
     }
+}
+
+/* What is read in a way a user may not expect: a header line skipped, extra columns and
+ * labels counted, UTF-16 refused, a GBK label named as such. */
+static void test_surprises(void) {
+    ReadOptions o = opts(FORMAT_AUTO);
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d;
+    MhaError err = {0, ""};
+    const char *p = PUT("hdr.tsv", "\n Label \tText \r\npos\tgood\tand\tmore\nneg\tbad\npos\ta\tb\n");
+    int rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3 && lm.n == 2 && d.header_line == 2, "header skipped: rc %d n %d header %ld %s",
+          rc, d.n, d.header_line, err.msg);
+    if (!rc) {
+        CHECK(d.n_extra_columns == 2 && d.first_extra_columns == 3, "extra columns: %ld (line %ld)",
+              d.n_extra_columns, d.first_extra_columns);
+        CHECK(strcmp(example(&d, v, 0), "good|and|more") == 0, "text after the first tab: %s", example(&d, v, 0));
+        dataset_free(&d);
+        rc = dataset_load(p, &o, v, &lm, &d, &err);   /* dev/test files too */
+        CHECK(rc == 0 && d.n == 3 && d.header_line == 2, "header skipped in dev: %s", err.msg);
+        if (!rc) dataset_free(&d);
+        /* a GBK label: the unknown-label error says so */
+        ReadOptions ro = o;
+        ro.tok.replace_invalid = 1;
+        const char *g = PUT("gbk_label.tsv", "pos\tok\n\xd5\xe2\tx\n");
+        rc = dataset_load(g, &ro, v, &lm, &d, &err);
+        CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":2: label '") &&
+              strstr(err.msg, "bytes that are not UTF-8, read as U+FFFD: if the file is GBK, convert it "
+                              "with 'iconv -f GBK -t UTF-8 FILE > NEW'"), "GBK label: %s", err.msg);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+    /* a class really called "label" is not a header when its text is not a column name */
+    p = PUT("label_class.tsv", "label\tsome text\nother\tx\nlabel\ty\n");
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 3 && d.header_line == 0 && lm.n == 2, "class 'label' kept: %s", err.msg);
+    if (!rc) {
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+    /* only the first line can be a header */
+    p = PUT("late_hdr.tsv", "pos\tx\nlabel\ttext\n");
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 2 && d.header_line == 0, "a later 'label<TAB>text' is data: %s", err.msg);
+    if (!rc) {
+        dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+    /* UTF-16, either byte order, even with replace_invalid */
+    p = put("u16.tsv", "\xFF\xFEp\0o\0s\0\t\0x\0\n\0", 14);
+    CHECK(train_fails(p, o, msg("%s: the file is UTF-16 (it starts with the byte-order mark FF FE); expected "
+                                "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 ", p), 1), "UTF-16 LE");
+    ReadOptions ro = o;
+    ro.tok.replace_invalid = 1;
+    p = put("u16be.tsv", "\xFE\xFF\0p\0\t\0x\0\n", 10);
+    CHECK(train_fails(p, ro, msg("%s: the file is UTF-16 (it starts with the byte-order mark FE FF)", p), 1),
+          "UTF-16 BE with replace_invalid");
 }
 
 static void test_errors(void) {
@@ -279,14 +342,16 @@ static void test_errors(void) {
 
     /* invalid UTF-8 and NUL bytes: offsets in the line (the BOM counts) */
     p = PUT("bad8.tsv", "\xEF\xBB\xBF" "a\tok\na\tb\xC3(\n");
-    CHECK(train_fails(p, o, msg("%s:2: invalid UTF-8 at byte offset 3 (expected UTF-8 text; set "
-                                "data.replace_invalid=true to replace bad bytes with U+FFFD)", p), 0),
+    CHECK(train_fails(p, o, msg("%s:2: invalid UTF-8 at byte offset 3 (expected UTF-8 text; a GBK file "
+                                "(common for Chinese text) converts with 'iconv -f GBK -t UTF-8 FILE > NEW'; "
+                                "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true)", p), 0),
           "invalid UTF-8");
     p = PUT("bad8b.tsv", "\xEF\xBB\xBF" "a\to\xFFk\n");
     CHECK(train_fails(p, o, msg("%s:1: invalid UTF-8 at byte offset 6 ", p), 1), "offset counts the BOM");
     p = PUT("nul.tsv", "a\tok\na\tb\0c\n");
-    CHECK(train_fails(p, o, msg("%s:2: NUL byte at byte offset 3 (expected UTF-8 text; set "
-                                "data.replace_invalid=true to replace bad bytes with U+FFFD)", p), 0),
+    CHECK(train_fails(p, o, msg("%s:2: NUL byte at byte offset 3 (expected UTF-8 text; a UTF-16 file "
+                                "converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; to read a few bad bytes "
+                                "as U+FFFD instead, set data.replace_invalid=true)", p), 0),
           "NUL byte");
     ReadOptions ro = o;
     ro.tok.replace_invalid = 1;
@@ -394,6 +459,7 @@ int main(void) {
     test_tsv();
     test_fasttext_jsonl();
     test_errors();
+    test_surprises();
     test_long_lines();
     for (int i = 0; i < g_n_paths; i++) unlink(g_paths[i]);
     rmdir(g_dir);
