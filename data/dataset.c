@@ -8,7 +8,8 @@
  * in n_long) and tokenised. Labels are kept as strings and lose surrounding spaces. A
  * UTF-16 file is refused (its byte-order mark); a first TSV line of column names
  * ("label<TAB>text") is skipped; TSV lines with more columns and fastText lines with more
- * labels are read (text after the first tab; the first label) and counted for a note.
+ * labels are read (text after the first tab; the first label) and counted for a note, as
+ * are labelled lines without text (the training file skips them).
  * The training file is read once: tokens are interned into a VocabCounter while reading,
  * then the vocabulary is built and the interned indices are mapped to ids. */
 #include "data/dataset.h"
@@ -268,6 +269,11 @@ void dataset_print_notes(const Dataset *d, const char *path, const char *prog, F
         fprintf(f, "%s: note: %s: %ld %s more than two tab-separated columns (first: line %ld); "
                 "everything after the first tab is read as the text\n", prog, path, d->n_extra_columns,
                 lines_word(d->n_extra_columns), d->first_extra_columns);
+    if (d->n_no_text)
+        fprintf(f, "%s: note: %s: %ld %s a label but no text (first: line %ld); %s\n", prog, path,
+                d->n_no_text, d->n_no_text == 1 ? "line has" : "lines have", d->first_no_text,
+                d->no_text_skipped ? "skipped (nothing to learn from)"
+                                   : "still examples, predicted from no text");
     if (d->n_extra_labels)
         fprintf(f, "%s: note: %s: %ld %s more than one __label__ (first: line %ld); only the first "
                 "label is used (mha trains single-label classifiers)\n", prog, path, d->n_extra_labels,
@@ -478,6 +484,14 @@ static int read_file(Reader *r, MhaError *err) {
             }
             if (strchr(text, '\t') && !d->n_extra_columns++) d->first_extra_columns = line_no;
         }
+        if (label && need_label) {   /* a label and no text */
+            const char *t = text;
+            while (is_space(*t)) t++;
+            if (!*t) {
+                if (!d->n_no_text++) d->first_no_text = line_no;
+                if (r->train) continue;
+            }
+        }
         if (!need_label) label = NULL;
         else if (!label) {
             rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: missing %s (expected %s)", r->path, line_no,
@@ -549,6 +563,7 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
     }
     rc = read_file(&r, err);
     if (rc) goto done;
+    out->no_text_skipped = 1;
 
     /* labels: sorted names; map interned index -> class id */
     int nl = vocab_counter_size(r.lab_count);

@@ -38,6 +38,9 @@ typedef struct {
     long n_extra_labels;        /* fastText lines with more than one __label__: the first counts */
     long first_extra_columns, first_extra_labels;   /* line numbers of the first such lines */
     long header_line;           /* a TSV column-name line ("label<TAB>text") that was skipped; 0: none */
+    long n_no_text, first_no_text;  /* labelled lines whose text is empty or spaces: skipped in the
+                                       training file (nothing to learn from), kept in others */
+    int no_text_skipped;        /* 1 for the training file */
 } Dataset;
 
 /* Notes on what was read in a way the user may not expect (a skipped header line, extra

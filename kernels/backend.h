@@ -31,6 +31,13 @@ enum { MHA_ACT_RELU = 0, MHA_ACT_GELU = 1 };              /* GELU: exact erf for
 enum { MHA_POOL_MEAN = 0, MHA_POOL_CLS = 1, MHA_POOL_MAX = 2 };
 #define MHA_LN_EPS 1e-5f
 
+/* One parameter tensor for Backend.adamw: elements [offset, offset + n) of the flat buffers,
+ * with its weight decay (0 for biases, LayerNorm and embeddings, as the model decides). */
+typedef struct {
+    size_t offset, n;
+    float weight_decay;
+} AdamwTensor;
+
 typedef struct Backend {
     const char *name;                                      /* "cpu" or "cuda" */
     int bf16;        /* 1: mixed precision, the products take bf16 inputs (train.precision) */
@@ -130,9 +137,13 @@ typedef struct Backend {
                          const int32_t *labels, int B, int K, float smoothing, float dscale);
 
     /* ---- optimizer ----
-     * AdamW as torch.optim.AdamW: p -= lr*wd*p; m,v moments; bias-corrected step at t (1-based). */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t);
+     * AdamW as torch.optim.AdamW on the tensors[0..n_tensors) of the flat buffers p, g, m, v
+     * (one call for the whole model, as PyTorch's multi-tensor path): each gradient element is
+     * multiplied by grad_scale first (gradient clipping; 1 for none), then p -= lr*wd*p with the
+     * tensor's own wd, the m, v moments, and the bias-corrected step at t (1-based). Elements
+     * outside every tensor are not touched. */
+    void (*adamw)(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
+                  int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t);
     /* sum of squares of x (n), accumulated in double; returned to the host. */
     double (*sum_squares)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);                             /* x *= s */

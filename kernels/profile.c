@@ -92,9 +92,9 @@ static void p_pool_backward(float *di, const float *d, const int32_t *am, const 
 static void p_ce(float *l, float *pr, float *dl, const float *lg, const int32_t *lab, int B, int K, float sm, float ds) {
     TIMED(PROF_EMBED_POOL_LOSS, 0, inner->crossentropy(l, pr, dl, lg, lab, B, K, sm, ds));
 }
-static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-                    float wd, int t) {
-    TIMED(PROF_OPTIMIZER, 0, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t));
+static void p_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *ts, int nt, float lr,
+                    float b1, float b2, float eps, float gs, int t) {
+    TIMED(PROF_OPTIMIZER, 0, inner->adamw(p, g, m, v, ts, nt, lr, b1, b2, eps, gs, t));
 }
 static double p_sum_squares(const float *x, size_t n) {
     double r = 0;

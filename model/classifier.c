@@ -332,7 +332,7 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
     be->pool_forward(m->pooled, m->argmax, encoder_output(m), m->lengths, B, T, C, d->pool);
     be->linear_forward(m->logits, m->pooled, W + L->head_w, W + L->head_b, B, C, K);
     be->crossentropy(m->losses, m->probs, NULL, m->logits, m->labels, B, K, d->label_smoothing, 0.0f);
-    be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));
+    if (!train) be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));   /* training reads only the loss */
     if (!labels) return 0.0;
     be->to_host(m->h_losses, m->losses, (size_t)B * sizeof(float));
     double sum = 0.0;

@@ -75,8 +75,9 @@ int model_replicas(Model *m, int n);
 void model_init_params(Model *m, uint64_t seed);
 
 /* Forward on a host batch (ids (B, T), lengths (B), labels (B) or NULL).
- * train != 0 enables dropout with dropout_seed. Fills h_probs (B, K), and h_losses (B)
- * when labels are given; returns the sum of the losses (0 without labels). */
+ * train != 0 enables dropout with dropout_seed. Fills h_probs (B, K) when train == 0 (the
+ * device's probs are there either way), and h_losses (B) when labels are given; returns the
+ * sum of the losses (0 without labels). */
 double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
                      int B, int T, int train, uint64_t dropout_seed);
 /* Backward of the last forward (which must have had labels and train != 0; after a forward

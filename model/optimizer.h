@@ -7,8 +7,9 @@
 #include "model/config.h"
 
 typedef struct {
-    float *m, *v;   /* (lay.total) first and second moments, backend memory */
-    int t;          /* updates taken (AdamW's step count) */
+    float *m, *v;           /* (lay.total) first and second moments, backend memory */
+    int t;                  /* updates taken (AdamW's step count) */
+    AdamwTensor *tensors;   /* (lay.n) the parameter tensors, for Backend.adamw (host memory) */
 } AdamW;
 
 int adamw_create(AdamW *o, const Model *m, MhaError *err);

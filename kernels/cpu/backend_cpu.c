@@ -82,23 +82,29 @@ static double cpu_sum_squares(const float *x, size_t n) {
 }
 
 /* ---- AdamW as torch.optim.AdamW (t is the 1-based step) ----
- * Memory-bound (7 streams per element); sqrtf stays scalar under GCC's default -fmath-errno. */
-static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, int t) {
+ * Memory-bound (7 streams per element); sqrtf stays scalar under GCC's default -fmath-errno.
+ * g * grad_scale is the value an in-place clip (g *= scale) would have stored. */
+static void cpu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
+                      int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t) {
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
     const double bc2 = 1.0 - pow((double)beta2, (double)t);
     const float step = (float)((double)lr / bc1);              /* lr / (1 - beta1^t) */
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));       /* 1 / sqrt(1 - beta2^t) */
-    const float decay = 1.0f - lr * weight_decay;              /* p -= lr * wd * p */
     const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+    for (int k = 0; k < n_tensors; k++) {
+        const float decay = 1.0f - lr * tensors[k].weight_decay;   /* p -= lr * wd * p */
+        const size_t n = tensors[k].n;
+        float *pk = p + tensors[k].offset, *mk = m + tensors[k].offset, *vk = v + tensors[k].offset;
+        const float *gk = g + tensors[k].offset;
 #pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN / 4)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float mi = beta1 * m[i] + a1 * gi;
-        float vi = beta2 * v[i] + a2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+        for (size_t i = 0; i < n; i++) {
+            float gi = gk[i] * grad_scale;
+            float mi = beta1 * mk[i] + a1 * gi;
+            float vi = beta2 * vk[i] + a2 * gi * gi;
+            mk[i] = mi;
+            vk[i] = vi;
+            pk[i] = pk[i] * decay - step * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+        }
     }
 }
 

@@ -185,8 +185,8 @@ void mha_cu_pool_backward(float *dinp, const float *dout, const int32_t *argmax,
 void mha_cu_crossentropy(float *losses, float *probs, float *dlogits, const float *logits,
                          const int32_t *labels, int B, int K, float smoothing, float dscale);
 /* adamw.cu */
-void mha_cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t);
+void mha_cu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
+                  int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t);
 /* reduce.cu */
 double mha_cu_sum_squares(const float *x, size_t n);
 

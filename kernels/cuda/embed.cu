@@ -11,7 +11,8 @@
  *      row has a single writer per channel, so no races, and the result depends only on the
  *      inputs; a long segment (the comma: ~6% of all tokens) is spread over many threads.
  * The sort costs O(N log^2 N) compare-exchanges (N = 32k: about 15 launches).
- * dpos (maxT, C) += sum over b: one thread per (t, c), summing b in order.
+ * dpos (maxT, C) += sum over b: the column sums of dout seen as (B, T*C) (colsum.cuh), so
+ * the B = 256 rows are spread over blocks rather than walked by one thread per (t, c).
  */
 #include "kernels/cuda/cuda_common.h"
 
@@ -34,16 +35,6 @@ void mha_cu_embed_forward(float *out, const int32_t *ids, const float *tok, cons
     if (!total) return;
     mha_launch(embed_forward_kernel, mha_cu_blocks(total, 256), 256)(out, ids, tok, pos, T, C, total);
     LAUNCH_CHECK();
-}
-
-__global__ void embed_dpos_kernel(float *dpos, const float *dout, int B, int T, int C) {
-    size_t total = (size_t)T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int b = 0; b < B; b++) s += dout[(size_t)b * total + i];
-        dpos[i] += s;
-    }
 }
 
 /* ---- bitonic sort of 64-bit keys, P a power of two ---- */
@@ -199,10 +190,7 @@ void mha_cu_embed_backward(float *dtok, float *dpos, const float *dout, const in
                            int B, int T, int C) {
     const int N = B * T;
     if (N <= 0 || C <= 0) return;
-    if (dpos) {
-        mha_launch(embed_dpos_kernel, mha_cu_blocks((size_t)T * C, 256), 256)(dpos, dout, B, T, C);
-        LAUNCH_CHECK();
-    }
+    if (dpos) mha_cu_column_sums(dpos, dout, B, T * C, T * C);   /* dout as (B, T*C): sums over b */
     if (!dtok) return;
     MHA_CU_REQUIRE(N <= (1 << 30), "embedding backward: more than 2^30 positions");
     int P = 2;

@@ -324,16 +324,28 @@ static void test_crossentropy(int B, int K, int with_grad) {
     free_all();
 }
 
-static void test_adamw(size_t n, int t) {
+/* n_tensors tensors of sizes cycling through odd lengths, with and without decay, a gap of
+ * untouched elements after each, and a clipped step (grad_scale 0.3) among unclipped ones. */
+static void test_adamw(size_t n, int n_tensors, int t) {
     char name[128], n2[160];
-    snprintf(name, sizeof name, "adamw n=%zu t=%d", n, t);
+    snprintf(name, sizeof name, "adamw n=%zu tensors=%d t=%d", n, n_tensors, t);
     if (!wanted(name)) return;
     Buf *p = in_rand(n, -1, 1), *g = in_rand(n, -1, 1), *m = in_rand(n, -0.1f, 0.1f);
     Buf *v = in_rand(n, 0.001f, 0.01f);
-    for (int rep = 0; rep < 3; rep++) {
-        cpu->adamw(FC(p), FC(g), FC(m), FC(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t + rep);
-        gpu->adamw(F(p), F(g), F(m), F(v), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t + rep);
+    AdamwTensor *ts = malloc((size_t)n_tensors * sizeof *ts);
+    size_t at = 0;
+    for (int k = 0; k < n_tensors; k++) {
+        size_t want = k % 3 == 0 ? n / (size_t)(n_tensors + 1) : (size_t)(1 + 37 * k % 3001);
+        ts[k] = (AdamwTensor){at, at + want < n ? want : (at < n ? n - at : 0), k % 2 ? 0.0f : 0.01f};
+        at += ts[k].n + (size_t)(k % 4);   /* a gap of 0-3 untouched elements */
+        if (at > n) at = n;
     }
+    for (int rep = 0; rep < 3; rep++) {
+        const float gs = rep == 1 ? 0.3f : 1.0f;
+        cpu->adamw(FC(p), FC(g), FC(m), FC(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, gs, t + rep);
+        gpu->adamw(F(p), F(g), F(m), F(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, gs, t + rep);
+    }
+    free(ts);
     snprintf(n2, sizeof n2, "%s p", name);
     cmp_f(n2, p, n, TOL);
     snprintf(n2, sizeof n2, "%s m", name);
@@ -415,6 +427,7 @@ int main(void) {
     test_embed(3, 32, 20, 1, 0);    /* one id over exactly 3 chunks */
     test_embed(2, 16, 130, 1, 0);   /* one id in exactly one chunk; C > 128: two channel blocks */
     test_embed(3, 23, 9, 4, 0);     /* N = 69: a partial last chunk */
+    test_embed(300, 4, 8, 5, 1);    /* dpos: B = 300 rows, three row groups of the column sums */
     if (emu) test_embed(5, 500, 24, 50, 1);   /* N = 2500: one global merge step */
     else test_embed(8, 600, 40, 50, 1);       /* N = 4800: the sort's global merge steps */
     if (!emu) test_embed(4, 1024, 33, 3000, 1);
@@ -449,8 +462,10 @@ int main(void) {
     test_crossentropy(3, 100, 1);
     test_crossentropy(4, 2, 0);
 
-    test_adamw(1001, 1);
-    if (!emu) test_adamw(100003, 10);
+    test_adamw(1001, 1, 1);
+    test_adamw(20011, 7, 1);
+    test_adamw(50000, 70, 3);   /* more than one launch's 64 tensors */
+    if (!emu) test_adamw(1000003, 18, 10);
 
     test_sum_squares(emu ? 100003 : 1000003);
     test_sum_squares(17);

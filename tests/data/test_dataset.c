@@ -93,23 +93,22 @@ static void test_tsv(void) {
     int rc = dataset_load_train(train, &o, 1, 0, &v, &lm, &d, &err);
     CHECK(rc == 0, "load: %s", err.msg);
     if (rc) return;
-    CHECK(d.n == 5 && d.n_lines == 7 && d.n_empty == 2 && d.n_long == 0, "n %d lines %ld empty %ld long %ld",
-          d.n, d.n_lines, d.n_empty, d.n_long);
+    CHECK(d.n == 4 && d.n_lines == 7 && d.n_empty == 2 && d.n_long == 0 && d.n_no_text == 1 &&
+              d.first_no_text == 6,
+          "n %d lines %ld empty %ld long %ld no text %ld", d.n, d.n_lines, d.n_empty, d.n_long, d.n_no_text);
     CHECK(lm.n == 3 && strcmp(lm.names[0], "b") == 0 && strcmp(lm.names[1], "书籍") == 0 &&
               strcmp(lm.names[2], "酒店") == 0,
           "labels sorted by bytes, spaces trimmed");
     CHECK(labelmap_find(&lm, "酒店") == 2 && labelmap_find(&lm, "x") == -1 && labelmap_find(&lm, "") == -1,
           "labelmap_find");
-    CHECK(d.labels[0] == 2 && d.labels[1] == 1 && d.labels[2] == 0 && d.labels[3] == 2 && d.labels[4] == 1,
-          "label ids");
-    CHECK(d.line_no[0] == 1 && d.line_no[1] == 3 && d.line_no[2] == 5 && d.line_no[3] == 6 &&
-              d.line_no[4] == 7,
-          "line numbers");
+    CHECK(d.labels[0] == 2 && d.labels[1] == 1 && d.labels[2] == 0 && d.labels[3] == 1, "label ids");
+    CHECK(d.line_no[0] == 1 && d.line_no[1] == 3 && d.line_no[2] == 5 && d.line_no[3] == 7,
+          "line numbers (line 6, a label without text, is skipped)");
     CHECK(strcmp(example(&d, v, 0), "房|间|很|干|净|,|服|务|好|!") == 0, "ex 0: %s", example(&d, v, 0));
     CHECK(strcmp(example(&d, v, 2), "hello|world|2024") == 0, "ex 2: %s", example(&d, v, 2));
-    CHECK(d.offsets[4] == d.offsets[3], "empty text has no tokens");
-    CHECK(strcmp(example(&d, v, 4), "好|书|a|tab") == 0, "later tabs are text: %s", example(&d, v, 4));
-    CHECK(d.n_tokens == d.offsets[d.n] && d.n_tokens == 10 + 6 + 3 + 0 + 4, "n_tokens %ld", d.n_tokens);
+    CHECK(strcmp(example(&d, v, 3), "好|书|a|tab") == 0, "later tabs are text: %s", example(&d, v, 3));
+    CHECK(d.n_extra_columns == 1 && d.first_extra_columns == 7, "extra columns counted");
+    CHECK(d.n_tokens == d.offsets[d.n] && d.n_tokens == 10 + 6 + 3 + 4, "n_tokens %ld", d.n_tokens);
     CHECK(d.n_unk == 0, "min_count 1: no UNK in train");
     CHECK(vocab_lookup(v, "好", 3) == 3, "好 (3 times) is the first id");
     dataset_free(&d);
@@ -168,14 +167,20 @@ static void test_fasttext_jsonl(void) {
                                      "__label__neg\tbad\n"
                                      "__label__pos\n");
     int rc = dataset_load_train(ft, &o, 1, 0, &v, &lm, &d, &err);
-    CHECK(rc == 0 && d.n == 3 && lm.n == 2 && strcmp(lm.names[0], "neg") == 0, "fasttext: %s", err.msg);
+    CHECK(rc == 0 && d.n == 2 && lm.n == 2 && strcmp(lm.names[0], "neg") == 0, "fasttext: %s", err.msg);
     if (!rc) {
-        CHECK(d.labels[0] == 1 && d.labels[1] == 0 && d.labels[2] == 1, "fasttext labels");
+        CHECK(d.labels[0] == 1 && d.labels[1] == 0, "fasttext labels");
         CHECK(strcmp(example(&d, v, 0), "great|movie") == 0, "first label only: %s", example(&d, v, 0));
-        CHECK(d.offsets[3] == d.offsets[2], "label without text");
+        CHECK(d.n_no_text == 1 && d.first_no_text == 4 && d.no_text_skipped, "label without text skipped "
+              "in training: %ld (line %ld)", d.n_no_text, d.first_no_text);
         CHECK(d.n_extra_labels == 1 && d.first_extra_labels == 1, "extra labels counted: %ld (line %ld)",
               d.n_extra_labels, d.first_extra_labels);
         dataset_free(&d);
+        /* in a dev/test file the line without text stays an example (it is predicted) */
+        rc = dataset_load(ft, &o, v, &lm, &d, &err);
+        CHECK(rc == 0 && d.n == 3 && d.n_no_text == 1 && !d.no_text_skipped && d.offsets[3] == d.offsets[2],
+              "label without text kept in dev: %s", err.msg);
+        if (!rc) dataset_free(&d);
         vocab_free(v);
         labelmap_free(&lm);
     }
@@ -187,12 +192,13 @@ static void test_fasttext_jsonl(void) {
         "  {\"label\": -7, \"text\": \"\"}\n"
         "{\"label\": \" 酒店  \", \"text\": \"好\"}\n");
     rc = dataset_load_train(js, &o, 1, 0, &v, &lm, &d, &err);
-    CHECK(rc == 0 && d.n == 4 && lm.n == 3, "jsonl (labels lose surrounding spaces, as in TSV): %s", err.msg);
+    CHECK(rc == 0 && d.n == 3 && lm.n == 2, "jsonl (labels lose surrounding spaces, as in TSV; no text "
+          "skipped): %s", err.msg);
     if (!rc) {
-        CHECK(strcmp(lm.names[0], "-7") == 0 && strcmp(lm.names[1], "1") == 0 && strcmp(lm.names[2], "酒店") == 0,
-              "integer labels become strings");
+        CHECK(strcmp(lm.names[0], "1") == 0 && strcmp(lm.names[1], "酒店") == 0,
+              "integer labels become strings; the label of a line without text is not a class");
         CHECK(strcmp(example(&d, v, 0), "很|好|ab") == 0, "escapes decoded: %s", example(&d, v, 0));
-        CHECK(d.labels[1] == 1 && d.labels[3] == 2 && d.n_empty == 1, "jsonl labels / empty");
+        CHECK(d.labels[1] == 0 && d.labels[2] == 1 && d.n_empty == 1 && d.n_no_text == 1, "jsonl labels / empty");
         dataset_free(&d);
         vocab_free(v);
         labelmap_free(&lm);

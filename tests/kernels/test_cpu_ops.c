@@ -513,11 +513,14 @@ static void test_adamw(void) {
     for (int i = 0; i < 4; i++) pd[i] = p[i];
     const double lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
     double maxerr = 0;
+    /* two tensors: [0, 3) with weight decay, [3, 4) without; step 3 clips (grad_scale 0.5) */
+    const AdamwTensor tensors[2] = {{0, 3, (float)wd}, {3, 1, 0.0f}};
     for (int t = 1; t <= 3; t++) {
-        be->adamw(p, g, m, v, 4, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
-        for (int i = 0; i < 4; i++) {   /* torch.optim.AdamW, in double */
-            double gi = g[i];
-            pd[i] -= lr * wd * pd[i];
+        const double gs = t == 3 ? 0.5 : 1.0;
+        be->adamw(p, g, m, v, tensors, 2, (float)lr, (float)b1, (float)b2, (float)eps, (float)gs, t);
+        for (int i = 0; i < 4; i++) {   /* torch.optim.AdamW after clip_grad_norm_, in double */
+            double gi = g[i] * gs;
+            pd[i] -= lr * (i < 3 ? wd : 0.0) * pd[i];
             md[i] = b1 * md[i] + (1 - b1) * gi;
             vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
             double step = lr / (1 - pow(b1, t));
