@@ -207,6 +207,58 @@ static int state_int(const cJSON *o, const char *key, double dflt, double lo, do
     return 0;
 }
 
+/* Whether a resumed run has nothing left to do: every epoch trained (or stopped early by
+ * patience) and its model.mha saved (the best on dev, or without a dev set the final
+ * parameters). A run killed before saving model.mha is not complete: resuming it saves it. */
+static int run_complete(const Config *cfg, int epoch, int evals_since_best, long best_update, int has_dev,
+                        int best_saved) {
+    return (epoch >= cfg->epochs || (cfg->patience > 0 && evals_since_best >= cfg->patience)) &&
+           (best_update >= 0 || (!has_dev && best_saved));
+}
+
+static void say_complete(const char *resume_path, long update, int all_epochs, const char *best_path) {
+    fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
+            "Its model is %s (evaluate it with mha-predict --model %s --eval FILE)\n", resume_path, update,
+            all_epochs ? ", every epoch" : ", stopped early", best_path, best_path);
+}
+
+/* model.mha in the output folder loads and has n_params parameters; its parameters go to
+ * params when that is not NULL. */
+static int best_model_saved(const char *best_path, size_t n_params, float *params) {
+    Checkpoint best;
+    MhaError ignore;
+    if (checkpoint_load(best_path, &best, &ignore) != 0) return 0;
+    int ok = best.n_params == n_params;
+    if (ok && params) memcpy(params, best.params, n_params * sizeof(float));
+    checkpoint_free(&best);
+    return ok;
+}
+
+/* Before any data is read: a finished run says so at once (reading shopping10 alone takes a
+ * second). Anything unexpected in the state is left to the full check after loading. */
+static int complete_before_loading(const Checkpoint *resume, const Config *cfg, const char *resume_path) {
+    cJSON *st = cJSON_Parse(resume->state_json);
+    double upd, ep, bu, esb;
+    MhaError ignore;
+    int done = 0;
+    if (cJSON_IsObject(st) && !state_int(st, "update", 0, 0, 9007199254740992.0, &upd, resume_path, &ignore) &&
+        !state_int(st, "epoch", 0, 0, cfg->epochs, &ep, resume_path, &ignore) &&
+        !state_int(st, "best_update", -1, -1, upd, &bu, resume_path, &ignore) &&
+        !state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, resume_path, &ignore)) {
+        if (!isfinite(json_num(st, "best_metric", 0))) bu = -1;
+        char best_path[4300];
+        snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
+        int best_saved = best_model_saved(best_path, resume->n_params, NULL);
+        if (!best_saved) bu = -1;
+        if (run_complete(cfg, (int)ep, (int)esb, (long)bu, cfg->dev[0] != '\0', best_saved)) {
+            say_complete(resume_path, (long)upd, (int)ep >= cfg->epochs, best_path);
+            done = 1;
+        }
+    }
+    cJSON_Delete(st);
+    return done;
+}
+
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", r->cfg->out_dir, name);
@@ -470,6 +522,10 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                     "started with output.dir %s)\n", dir, opt->resume_path, cfg->out_dir);
             snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
         }
+        if (complete_before_loading(&resume, cfg, opt->resume_path)) {
+            checkpoint_free(&resume);
+            return 0;
+        }
     }
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
     const Backend *unprofiled = r.be;
@@ -549,24 +605,12 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         /* the best parameters so far are in model.mha */
         char best_path[4300];
         snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
-        Checkpoint best;
-        MhaError ignore;
-        int best_saved = 0;   /* model.mha loads and fits this model */
-        if (checkpoint_load(best_path, &best, &ignore) == 0) {
-            best_saved = best.n_params == r.model.lay.total;
-            if (best_saved && r.best_update >= 0) memcpy(r.best_params, best.params, pbytes);
-            checkpoint_free(&best);
-        }
+        int best_saved = best_model_saved(best_path, r.model.lay.total, r.best_update >= 0 ? r.best_params : NULL);
         if (!best_saved) r.best_update = -1;
-        /* complete: every epoch trained (or stopped early) and its model.mha saved (the best on
-         * dev, or without a dev set the final parameters); a run killed before saving model.mha
-         * goes on below to save it and print the test report */
-        if ((r.epoch >= cfg->epochs || (cfg->patience > 0 && r.evals_since_best >= cfg->patience)) &&
-            (r.best_update >= 0 || (!r.has_dev && best_saved))) {
-            fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
-                    "Its model is %s (evaluate it with mha-predict --model %s --eval FILE)\n",
-                    opt->resume_path, r.update, r.epoch >= cfg->epochs ? ", every epoch" : ", stopped early",
-                    best_path, best_path);
+        /* normally said before loading the data (complete_before_loading); a run killed before
+         * saving model.mha goes on below to save it and print the test report */
+        if (run_complete(cfg, r.epoch, r.evals_since_best, r.best_update, r.has_dev, best_saved)) {
+            say_complete(opt->resume_path, r.update, r.epoch >= cfg->epochs, best_path);
             goto out;
         }
         if (!opt->quiet)

@@ -26,6 +26,11 @@ before=$(wc -l <"$TMP/full/metrics.jsonl")
 expect_exit 0 "the run is already complete \(123 updates, every epoch\); nothing to do" \
   "$TRAIN" --resume "$TMP/full/last.mha" --quiet
 [ "$(wc -l <"$TMP/full/metrics.jsonl")" = "$before" ] || fail "resuming a finished run wrote to metrics.jsonl"
+# ... and says so before anything else (no config dump, no data read), here from a copy
+out=$(cd "$TMP" && mkdir -p moved && cp full/last.mha full/model.mha moved/ && mv moved moved2 \
+      && "$TRAIN" --resume moved2/last.mha 2>&1); rc=$?
+[ "$rc" = 0 ] && [ "$(grep -vc '^mha-train: note: continuing in' <<<"$out")" = 1 ] \
+  && grep -q "already complete" <<<"$out" || fail "finished run: expected one line before any data, got: $out"
 # ... unless it was killed before its model.mha was saved (no dev set: the final parameters)
 tiny_config "$TMP/nodev.json" "$TMP/nodev" 1
 sed -i 's#"dev": "[^"]*",##' "$TMP/nodev.json"
