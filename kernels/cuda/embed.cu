@@ -118,6 +118,7 @@ static void sort_keys(unsigned long long *keys, int P) {
  * Every dtok row is written by one thread per channel, in a fixed order. */
 #define DTOK_CHUNK 32     /* sorted positions per chunk; one register each in pass 1 */
 #define DTOK_THREADS 128  /* channels per block */
+#define DTOK_AHEAD 8      /* chunks of a crossing segment read at once in pass 2 */
 #define NO_ID 0xffffffffu /* the id of the padding keys (~0ull), never a token id (< 2^31) */
 
 __device__ __forceinline__ unsigned int key_id(unsigned long long key) { return (unsigned int)(key >> 32); }
@@ -176,12 +177,26 @@ __global__ void __launch_bounds__(DTOK_THREADS) embed_dtok_crossing(
     const unsigned int id = key_id(keys[e_end - 1]);
     if (e_end >= N || key_id(keys[e_end]) != id) return;   /* ends in this chunk */
     if (e0 > 0 && key_id(keys[e0 - 1]) == id) return;      /* began in an earlier chunk */
+    const int chunks = (N + DTOK_CHUNK - 1) / DTOK_CHUNK;
     float sum = open[(size_t)k * C + c];
-    for (;;) {
-        k++;
-        sum += cont[(size_t)k * C + c];
-        const int next = (k + 1) * DTOK_CHUNK;
-        if (next >= N || key_id(keys[next]) != id) break;
+    /* cont[k+1] + cont[k+2] + ... in order, up to the chunk where the segment ends; DTOK_AHEAD
+     * chunks at a time, so that their loads are in flight together (a frequent token spans
+     * ~70 chunks at N = 32k, one dependent load each if walked one by one) */
+    for (int k1 = k + 1;; k1 += DTOK_AHEAD) {
+        bool more[DTOK_AHEAD];   /* the segment continues past chunk k1 + u */
+        float part[DTOK_AHEAD];
+#pragma unroll
+        for (int u = 0; u < DTOK_AHEAD; u++) {
+            const int next = (k1 + u + 1) * DTOK_CHUNK;
+            more[u] = next < N && key_id(keys[next]) == id;
+            part[u] = k1 + u < chunks ? cont[(size_t)(k1 + u) * C + c] : 0.0f;
+        }
+        int u = 0;
+        for (; u < DTOK_AHEAD; u++) {
+            sum += part[u];
+            if (!more[u]) break;
+        }
+        if (u < DTOK_AHEAD) break;
     }
     dtok[(size_t)id * C + c] += sum;
 }

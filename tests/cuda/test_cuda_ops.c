@@ -425,6 +425,8 @@ int main(void) {
     test_embed(2, 5, 70, 3, 0);
     test_embed(4, 100, 40, 2, 0);   /* two ids: segments of ~200 rows cross many 32-row chunks */
     test_embed(3, 32, 20, 1, 0);    /* one id over exactly 3 chunks */
+    test_embed(2, 300, 8, 1, 0);    /* one id over 19 chunks: the second pass reads 8 at a time */
+    test_embed(2, 290, 9, 2, 0);    /* two ids of ~9 chunks each, the second ending mid-read */
     test_embed(2, 16, 130, 1, 0);   /* one id in exactly one chunk; C > 128: two channel blocks */
     test_embed(3, 23, 9, 4, 0);     /* N = 69: a partial last chunk */
     test_embed(300, 4, 8, 5, 1);    /* dpos: B = 300 rows, three row groups of the column sums */
