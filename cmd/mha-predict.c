@@ -444,9 +444,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
 static void name_stdin_in_error(MhaError *err) {
     static const char shown[] = "<stdin>";   /* shorter than STDIN_PATH: fits in place */
     size_t k = strlen(STDIN_PATH), m = strlen(shown);
-    if (strncmp(err->msg, STDIN_PATH, k) != 0) return;
-    memmove(err->msg + m, err->msg + k, strlen(err->msg + k) + 1);
-    memcpy(err->msg, shown, m);
+    for (char *at = strstr(err->msg, STDIN_PATH); at; at = strstr(at + m, STDIN_PATH)) {
+        memmove(at + m, at + k, strlen(at + k) + 1);
+        memcpy(at, shown, m);
+    }
 }
 
 /* The reader's counts of lines it changed, on stderr: evaluated all the same. */
@@ -540,8 +541,11 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
         return 0;
     }
     if (!in_list(name, VALUE_OPTIONS, sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS)) {
-        const char *near = mha_did_you_mean(name, VALUE_OPTIONS, (int)(sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS));
-        if (!near) near = mha_did_you_mean(name, FLAG_OPTIONS, (int)(sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS));
+        const char *all[sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS + sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS];
+        int n = 0;
+        for (size_t k = 0; k < sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS; k++) all[n++] = VALUE_OPTIONS[k];
+        for (size_t k = 0; k < sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS; k++) all[n++] = FLAG_OPTIONS[k];
+        const char *near = mha_did_you_mean(name, all, n);
         if (near) return usage_error("unknown option '%s' (did you mean '%s'?)", arg, near);
         return usage_error("unknown option '%s'", arg);
     }

@@ -46,14 +46,18 @@ static int usage_error(const char *fmt, ...) {
 
 static const char *const VALUE_OPTIONS[] = {"--config", "--set", "--resume", "--max-steps"};
 static const char *const FLAG_OPTIONS[] = {"--quiet", "--overwrite", "--profile", "--help"};
+static const char *const ALL_OPTIONS[] = {"--config", "--set", "--resume", "--max-steps",
+                                          "--quiet", "--overwrite", "--profile", "--help"};
 #define N_OF(a) ((int)(sizeof a / sizeof *a))
 
 static int unknown_option(const char *arg) {
     if (arg[0] != '-') return usage_error("unexpected argument '%s' (a config file is given as --config %s)", arg, arg);
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
-    const char *near = mha_did_you_mean(name, VALUE_OPTIONS, N_OF(VALUE_OPTIONS));
-    if (!near) near = mha_did_you_mean(name, FLAG_OPTIONS, N_OF(FLAG_OPTIONS));
+    for (int k = 0; k < N_OF(FLAG_OPTIONS); k++)
+        if (strchr(arg, '=') && !strcmp(name, FLAG_OPTIONS[k]))
+            return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
+    const char *near = mha_did_you_mean(name, ALL_OPTIONS, N_OF(ALL_OPTIONS));
     if (near) return usage_error("unknown argument '%s' (did you mean '%s'?)", arg, near);
     if (arg[0] == '-' && arg[1] != '-') return usage_error("unknown argument '%s' (options are spelled --name)", arg);
     return usage_error("unknown argument '%s'", arg);

@@ -232,10 +232,13 @@ static void known_labels(const LabelMap *m, char *buf, size_t cap) {
 
 /* ---- what a user may not expect -------------------------------------------------------- */
 
+static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
+
+/* s is one of list (NULL-terminated), ignoring the case of ASCII letters */
 static int in_list(const char *s, const char *const *list) {
     for (; *list; list++) {
         size_t i = 0;
-        while (s[i] && (*list)[i] && (s[i] | 0x20) == ((*list)[i] | 0x20)) i++;   /* ASCII case-insensitive */
+        while (s[i] && (*list)[i] && ascii_lower(s[i]) == ascii_lower((*list)[i])) i++;
         if (!s[i] && !(*list)[i]) return 1;
     }
     return 0;
@@ -406,7 +409,9 @@ static int read_file(Reader *r, MhaError *err) {
     if (keep < ((size_t)1 << 20)) keep = (size_t)1 << 20;
     TokenList tl = {0};
     ssize_t got;
-    long line_no = 0;
+    long line_no = 0, first_line = 0;   /* the first non-empty line: the only one a header can be */
+    const int skip_no_text = r->train || o->skip_no_text;
+    d->no_text_skipped = skip_no_text;
     errno = 0;
     while ((got = getline(&line, &line_cap, f)) >= 0) {
         line_no++;
@@ -459,6 +464,7 @@ static int read_file(Reader *r, MhaError *err) {
             d->n_empty++;
             continue;
         }
+        if (!first_line) first_line = line_no;
         if (format == FORMAT_AUTO) {
             format = detect_format(s);
             if (format == FORMAT_PLAIN && need_label) {
@@ -478,9 +484,9 @@ static int read_file(Reader *r, MhaError *err) {
             break;
         }
         if (format == FORMAT_TSV && label) {
-            if (d->n == 0 && !d->header_line && is_header(label, text)) {
+            if (line_no == first_line && is_header(label, text)) {
                 d->header_line = line_no;
-                continue;
+                goto next;
             }
             if (strchr(text, '\t') && !d->n_extra_columns++) d->first_extra_columns = line_no;
         }
@@ -489,7 +495,7 @@ static int read_file(Reader *r, MhaError *err) {
             while (is_space(*t)) t++;
             if (!*t) {
                 if (!d->n_no_text++) d->first_no_text = line_no;
-                if (r->train) continue;
+                if (skip_no_text) goto next;
             }
         }
         if (!need_label) label = NULL;
@@ -510,6 +516,7 @@ static int read_file(Reader *r, MhaError *err) {
         }
         rc = add_example(r, line_no, label, text, strlen(text), &tl, err);
         if (rc) break;
+    next:
         if (line_cap > keep) {   /* do not hold on to the buffer of one huge line */
             free(line);
             line = NULL;
@@ -524,9 +531,16 @@ static int read_file(Reader *r, MhaError *err) {
     if (!rc && ferror(f))
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->path, line_no,
                       strerror(errno ? errno : EIO));
-    if (!rc && d->n == 0)
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: no examples in %ld lines (expected at least one "
-                      "non-empty line)", r->path, line_no);
+    if (!rc && d->n == 0) {
+        char why[160] = "";   /* what the non-empty lines were */
+        if (d->n_no_text)
+            snprintf(why, sizeof why, ": %s%ld with a label but no text", d->header_line ? "a header line, " : "",
+                     d->n_no_text);
+        else if (d->header_line)
+            snprintf(why, sizeof why, ": a header line");
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: no examples in %ld line%s%s (expected at least one line "
+                      "with text)", r->path, line_no, line_no == 1 ? "" : "s", why);
+    }
     free(line);
     free(fix);
     token_list_free(&tl);
@@ -563,7 +577,6 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
     }
     rc = read_file(&r, err);
     if (rc) goto done;
-    out->no_text_skipped = 1;
 
     /* labels: sorted names; map interned index -> class id */
     int nl = vocab_counter_size(r.lab_count);

@@ -18,6 +18,8 @@ typedef struct {
     TokenizerOptions tok;
     int max_line_bytes;         /* a line's text longer than this is cut at a character
                                    boundary and counted in n_long; <= 0: no limit */
+    int skip_no_text;           /* skip labelled lines without text (the training file: they
+                                   teach nothing); dataset_load_train always does */
 } ReadOptions;
 
 /* Class names, sorted (strcmp order of UTF-8 bytes), from the training set. */
@@ -40,11 +42,12 @@ typedef struct {
     long header_line;           /* a TSV column-name line ("label<TAB>text") that was skipped; 0: none */
     long n_no_text, first_no_text;  /* labelled lines whose text is empty or spaces: skipped in the
                                        training file (nothing to learn from), kept in others */
-    int no_text_skipped;        /* 1 for the training file */
+    int no_text_skipped;        /* they were skipped (ReadOptions.skip_no_text) */
 } Dataset;
 
-/* Notes on what was read in a way the user may not expect (a skipped header line, extra
- * columns, extra labels), one line each on f, "PROG: note: PATH...". Nothing when none. */
+/* Notes on what was read in a way the user may not expect (a skipped header line, labelled
+ * lines without text, extra columns, extra labels), one line each on f,
+ * "PROG: note: PATH...". Nothing when none. */
 void dataset_print_notes(const Dataset *d, const char *path, const char *prog, FILE *f);
 
 /* Read the training file: builds the vocab (min_count, max_vocab) and the label map

@@ -351,6 +351,31 @@ static void format_duration(char *out, size_t n, double s) {
     else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* Label and text swapped (a "class" per example) trains a useless model without complaint:
+ * refused when more than half of the examples (and more than 20) have a label no other
+ * example has. */
+static int check_labels_not_swapped(const char *path, const Dataset *d, const LabelMap *labels, MhaError *err) {
+    int *count = calloc((size_t)labels->n, sizeof *count);
+    if (!count) return mha_fail(err, MHA_EXIT_DATA, "out of memory counting labels");
+    for (int i = 0; i < d->n; i++) count[d->labels[i]]++;
+    int alone = 0, eg = -1;
+    for (int k = 0; k < labels->n; k++)
+        if (count[k] == 1) {
+            alone++;
+            if (eg < 0 || k == labels->n / 2) eg = k;
+        }
+    free(count);
+    if (alone <= 20 || 2L * alone <= d->n) return 0;
+    const char *name = labels->names[eg];
+    int n = (int)strlen(name);
+    if (n > 60)
+        for (n = 60; n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; n--) {}   /* whole characters */
+    return mha_fail(err, MHA_EXIT_DATA,
+                    "%s: %d of %d examples have a label no other example has (e.g. '%.*s'); are the "
+                    "label and the text swapped? (expected a short label first: 'label<TAB>text', "
+                    "'__label__LABEL text' or {\"label\": ..., \"text\": ...})", path, alone, d->n, n, name);
+}
+
 static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     Config *c = r->cfg;
     ReadOptions ro;
@@ -359,7 +384,9 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     if (resume) {
         r->vocab = resume->vocab;
         r->labels = resume->labels;
-        rc = dataset_load(c->train, &ro, r->vocab, &r->labels, &r->train, err);
+        ReadOptions train_ro = ro;   /* read as a fresh run reads it: lines without text skipped */
+        train_ro.skip_no_text = 1;
+        rc = dataset_load(c->train, &train_ro, r->vocab, &r->labels, &r->train, err);
     } else {
         rc = dataset_load_train(c->train, &ro, c->min_count, c->max_vocab, &r->vocab, &r->labels, &r->train, err);
     }
@@ -368,17 +395,7 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     if (r->labels.n < 2)
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
                         "classes to tell apart)", c->train, r->labels.names[0]);
-    if (!resume && r->labels.n > 20 && 2L * r->labels.n > r->train.n) {
-        const char *eg = r->labels.names[r->labels.n / 2];
-        int n = (int)strlen(eg);
-        if (n > 60)
-            for (n = 60; n > 0 && ((unsigned char)eg[n] & 0xC0) == 0x80; n--) {}   /* whole characters */
-        return mha_fail(err, MHA_EXIT_DATA,
-                        "%s: %d classes for %d examples: most labels occur once (e.g. '%.*s'); are the "
-                        "label and the text swapped? (expected a short label first: 'label<TAB>text', "
-                        "'__label__LABEL text' or {\"label\": ..., \"text\": ...})",
-                        c->train, r->labels.n, r->train.n, n, eg);
-    }
+    if (!resume && (rc = check_labels_not_swapped(c->train, &r->train, &r->labels, err))) return rc;
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
         r->has_dev = r->dev.n > 0;

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *__restrict_
     const float decay = tab.decay[k];
     for (size_t j = i0 + threadIdx.x; j < n && j < i0 + ADAMW_PER_BLOCK; j += ADAMW_THREADS) {
         const size_t i = base + j;
-        const float gi = g[i] * s.grad_scale;
+        const float gi = __fmul_rn(g[i], s.grad_scale);   /* rounded, as the old in-place clip stored it */
         float pi = p[i] * decay;
         float mi = m[i];
         mi = s.w1 < 0.5f ? mi + s.w1 * (gi - mi) : gi - (gi - mi) * (1.0f - s.w1);   /* torch lerp */

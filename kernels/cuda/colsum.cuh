@@ -1,5 +1,6 @@
 /* kernels/cuda/colsum.cuh: deterministic column reductions, shared by gemm.cu (bias
- * gradients) and layernorm.cu (weight and bias gradients).
+ * gradients, and through mha_cu_column_sums the position-embedding gradient of embed.cu)
+ * and layernorm.cu (weight and bias gradients).
  *
  *   dst_v[c] += sum over n < N of f(n, c)[v],   v < NV
  *

@@ -7,7 +7,7 @@ expect_exit 2 "unknown argument" "$TRAIN" --bogus
 expect_exit 0 "" "$TRAIN" --help
 expect_exit 2 "unknown argument '--confg' \(did you mean '--config'\?\)" "$TRAIN" --confg configs/demo.json
 expect_exit 2 "unexpected argument 'configs/demo.json' \(a config file is given as --config configs/demo.json\)" "$TRAIN" configs/demo.json
-expect_exit 2 "--quiet=1.*did you mean '--quiet'" "$TRAIN" --config configs/demo.json --quiet=1
+expect_exit 2 "--quiet takes no value \(got .--quiet=1.; give --quiet alone\)" "$TRAIN" --config configs/demo.json --quiet=1
 expect_exit 2 "--max-steps '0': expected a positive integer" "$TRAIN" --config=configs/demo.json --max-steps=0
 expect_exit 2 "did you mean '--top-k'" "$PREDICT" --model x --topk 3
 expect_exit 2 "did you mean 'train.lr'" "$TRAIN" --config configs/demo.json --set train.lrr=1
@@ -23,8 +23,13 @@ expect_exit 1 "one.tsv: every example has the label '体育' \(expected at least
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/one.tsv" --quiet
 # label and text swapped: a class per example is refused, with the likely cause
 awk -F'\t' '{print $2"\t"$1}' data/sample/train.tsv >"$TMP/swap.tsv"
-expect_exit 1 "swap.tsv: 654 classes for 654 examples: most labels occur once .*are the label and the text swapped\?" \
+expect_exit 1 "swap.tsv: [0-9]+ of 654 examples have a label no other example has \(e.g. '.*'\); are the label and the text swapped\?" \
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/swap.tsv" --quiet
+# ... but many classes with few examples each are not refused: 20 classes twice, one once
+for k in $(seq 20); do printf 'c%d\t第%d类的例子\nc%d\t另一个第%d类\n' "$k" "$k" "$k" "$k"; done >"$TMP/few.tsv"
+printf 'c21\t只有一个\n' >>"$TMP/few.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/few.tsv" --set data.dev= --set data.test= --max-steps 1 \
+  --set output.dir="$TMP/few" --quiet >/dev/null 2>"$TMP/e" || fail "21 classes in 41 examples refused: $(cat "$TMP/e")"
 # a header line is skipped with a note (training and --eval); extra columns are noted
 { printf 'label\ttext\n'; cat data/sample/train.tsv; } >"$TMP/hdr.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/hdr.tsv" --set data.test="$TMP/hdr.tsv" --max-steps 1 \

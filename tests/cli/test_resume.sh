@@ -21,6 +21,16 @@ for stop in 17 41; do   # mid-epoch and after the first epoch (41 updates per ep
   cmp -s <("$PREDICT" --model "$TMP/full/model.mha" data/sample/dev.tsv) <("$PREDICT" --model "$TMP/part$stop/model.mha" data/sample/dev.tsv) \
     || fail "model.mha after resuming at $stop predicts differently from the uninterrupted run"
 done
+# Labelled lines without text are skipped on resume as in the fresh run: the same examples and
+# batches (a label found only on such lines is no class, and does not stop the resume).
+{ cat data/sample/train.tsv; for k in 1 2 3; do printf '体育\t\n新类\t \n'; done; } >"$TMP/nt.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/nt.tsv" --set output.dir="$TMP/nt" --max-steps 2 \
+  >/dev/null 2>"$TMP/nt1.err" || fail "training with lines without text: $(tail -3 "$TMP/nt1.err")"
+"$TRAIN" --resume "$TMP/nt/last.mha" --max-steps 4 >/dev/null 2>"$TMP/nt2.err" \
+  || fail "resume with lines without text: $(tail -3 "$TMP/nt2.err")"
+[ "$(grep -E '^(train|batches)' "$TMP/nt1.err")" = "$(grep -E '^(train|batches)' "$TMP/nt2.err")" ] \
+  && grep -q "nt.tsv: 6 lines have a label but no text (first: line 655); skipped" "$TMP/nt2.err" \
+  || fail "resume read the training file differently: $(grep -E '^(train|batches)|no text' "$TMP/nt1.err" "$TMP/nt2.err")"
 # A finished run resumed: nothing to do, exit 0, nothing appended to metrics.jsonl.
 before=$(wc -l <"$TMP/full/metrics.jsonl")
 expect_exit 0 "the run is already complete \(123 updates, every epoch\); nothing to do" \

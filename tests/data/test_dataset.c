@@ -256,6 +256,30 @@ static void test_surprises(void) {
         vocab_free(v);
         labelmap_free(&lm);
     }
+    /* only the first non-empty line can be a header, in training and dev alike (a line without
+     * text before it is skipped by the training reader only) */
+    p = PUT("hdr_after_no_text.tsv", "\na\t\nlabel\ttext\nb\tx\n");
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && d.n == 2 && d.header_line == 0 && d.n_no_text == 1, "no header after a line: %s", err.msg);
+    if (!rc) {
+        dataset_free(&d);
+        ReadOptions skip = o;
+        rc = dataset_load(p, &skip, v, &lm, &d, &err);
+        CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":2: label 'a' does not occur"), "dev keeps it: %s", err.msg);
+        skip.skip_no_text = 1;   /* the training file on resume */
+        rc = dataset_load(p, &skip, v, &lm, &d, &err);
+        CHECK(rc == 0 && d.n == 2 && d.no_text_skipped && d.line_no[0] == 3, "skip_no_text: %s", err.msg);
+        if (!rc) dataset_free(&d);
+        vocab_free(v);
+        labelmap_free(&lm);
+    }
+    /* nothing left: the message says what the lines were */
+    p = PUT("all_no_text.tsv", "a\t\nb\t  \n");
+    CHECK(train_fails(p, o, msg("%s: no examples in 2 lines: 2 with a label but no text (expected at least one "
+                                "line with text)", p), 0), "only lines without text");
+    p = PUT("only_hdr.tsv", "label\ttext\n");
+    CHECK(train_fails(p, o, msg("%s: no examples in 1 line: a header line (expected at least one line with text)",
+                                p), 0), "only a header");
     /* only the first line can be a header */
     p = PUT("late_hdr.tsv", "pos\tx\nlabel\ttext\n");
     rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
