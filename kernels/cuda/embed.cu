@@ -10,7 +10,7 @@
  *      segment that crosses chunks are added up in chunk order by a second pass. Each dtok
  *      row has a single writer per channel, so no races, and the result depends only on the
  *      inputs; a long segment (the comma: ~6% of all tokens) is spread over many threads.
- * The sort costs O(N log^2 N) compare-exchanges (N = 32k: about 15 launches).
+ * The sort costs O(N log^2 N) compare-exchanges (N = 32k: 10 launches).
  * dpos (maxT, C) += sum over b: the column sums of dout seen as (B, T*C) (colsum.cuh), so
  * the B = 256 rows are spread over blocks rather than walked by one thread per (t, c).
  */
@@ -37,9 +37,13 @@ void mha_cu_embed_forward(float *out, const int32_t *ids, const float *tok, cons
     LAUNCH_CHECK();
 }
 
-/* ---- bitonic sort of 64-bit keys, P a power of two ---- */
+/* ---- bitonic sort of 64-bit keys, P a power of two ----
+ * Chunks of SORT_LOCAL keys are sorted in shared memory; merges across chunks take one global
+ * launch per stride >= SORT_LOCAL and finish in shared memory. Launches: 1 up to P = 4096,
+ * 3 at 8192, 6 at 16384, 10 at 32768 (with 2048-key chunks: 3, 6, 10, 15). */
 
-#define SORT_LOCAL 2048   /* keys sorted in shared memory by one block of SORT_LOCAL/2 threads */
+#define SORT_LOCAL 4096   /* keys sorted in shared memory (32 KiB) by one block */
+#define SORT_THREADS 1024 /* threads of that block: two compare-exchanges each per stage */
 
 __global__ void sort_init_kernel(unsigned long long *keys, const int32_t *ids, int N, int P) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < P; i += gridDim.x * blockDim.x)
@@ -57,10 +61,10 @@ __device__ __forceinline__ void cmp_swap(unsigned long long &a, unsigned long lo
 
 /* kmax == 0: sort each chunk of n_local keys completely (all k up to n_local). Otherwise
  * finish the merge of size kmax for the strides j < n_local. */
-/* Launched with SORT_LOCAL / 2 = 1024 threads: the bound keeps it within 64 registers per
+/* Launched with up to SORT_THREADS = 1024 threads: the bound keeps it within 64 registers per
  * thread (more would fail the launch with "too many resources requested"). */
-__global__ void __launch_bounds__(SORT_LOCAL / 2) sort_local_kernel(unsigned long long *keys, int n_local,
-                                                                 int kmax) {
+__global__ void __launch_bounds__(SORT_THREADS) sort_local_kernel(unsigned long long *keys, int n_local,
+                                                                int kmax) {
     __shared__ unsigned long long s[SORT_LOCAL];
     const int base = blockIdx.x * n_local;
     for (int i = threadIdx.x; i < n_local; i += blockDim.x) s[i] = keys[base + i];
@@ -96,7 +100,7 @@ __global__ void sort_global_step(unsigned long long *keys, int P, int k, int j) 
 static void sort_keys(unsigned long long *keys, int P) {
     int n_local = P < SORT_LOCAL ? P : SORT_LOCAL;
     int blocks = P / n_local;
-    int threads = n_local / 2;
+    int threads = n_local / 2 < SORT_THREADS ? n_local / 2 : SORT_THREADS;
     mha_launch(sort_local_kernel, blocks, threads)(keys, n_local, 0);
     LAUNCH_CHECK();
     for (int k = 2 * n_local; k <= P; k <<= 1) {
@@ -215,6 +219,15 @@ void mha_cu_embed_backward(float *dtok, float *dpos, const float *dout, const in
     mha_launch(sort_init_kernel, mha_cu_blocks((size_t)P, 256), 256)(keys, ids, N, P);
     LAUNCH_CHECK();
     sort_keys(keys, P);
+#ifdef MHA_CUDA_EMU
+    /* the emulation runs blocks one after another, so two writers of one dtok row would still
+     * add up right: check the order itself (device memory is host memory there) */
+    for (int i = 1; i < N; i++)   /* the N real keys are distinct and come first */
+        if (keys[i - 1] >= keys[i]) {
+            fprintf(stderr, "embed.cu: keys not sorted at %d of %d\n", i, N);
+            abort();
+        }
+#endif
     const int chunks = (N + DTOK_CHUNK - 1) / DTOK_CHUNK;
     float *open = (float *)mha_cu_scratch(MHA_SCRATCH_B, 2 * (size_t)chunks * C * sizeof(float));
     float *cont = open + (size_t)chunks * C;   /* open, cont: (chunks, C) each */

@@ -430,9 +430,10 @@ int main(void) {
     test_embed(2, 16, 130, 1, 0);   /* one id in exactly one chunk; C > 128: two channel blocks */
     test_embed(3, 23, 9, 4, 0);     /* N = 69: a partial last chunk */
     test_embed(300, 4, 8, 5, 1);    /* dpos: B = 300 rows, three row groups of the column sums */
-    if (emu) test_embed(5, 500, 24, 50, 1);   /* N = 2500: one global merge step */
+    if (emu) test_embed(9, 500, 8, 50, 1);    /* N = 4500: one global merge step */
     else test_embed(8, 600, 40, 50, 1);       /* N = 4800: the sort's global merge steps */
     if (!emu) test_embed(4, 1024, 33, 3000, 1);
+    if (!emu) test_embed(40, 500, 16, 500, 0);   /* N = 20000, P = 32768: three merges across chunks */
 
     test_layernorm(33, 48);
     test_layernorm(7, 7);
