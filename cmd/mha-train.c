@@ -70,12 +70,13 @@ int main(int argc, char **argv) {
     int n_sets = 0;
     TrainOptions opt = {0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq_value = NULL;
+        const char *a = argv[i], *eq_value = NULL, *eq = strchr(a, '=');
         char name[64];
-        if (!strncmp(a, "--", 2) && strchr(a, '=') && (size_t)(strchr(a, '=') - a) < sizeof name) {
+        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) {
             /* --name=value: the same as --name value, for the options that take one */
-            snprintf(name, sizeof name, "%.*s", (int)(strchr(a, '=') - a), a);
-            eq_value = strchr(a, '=') + 1;
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = '\0';
+            eq_value = eq + 1;
             a = name;
             int n_value = 0;
             for (int k = 0; k < N_OF(VALUE_OPTIONS); k++) n_value += !strcmp(a, VALUE_OPTIONS[k]);
