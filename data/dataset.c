@@ -274,7 +274,7 @@ void dataset_print_notes(const Dataset *d, const char *path, const char *prog, F
                 lines_word(d->n_extra_columns), d->first_extra_columns);
     if (d->n_no_text)
         fprintf(f, "%s: note: %s: %ld %s a label but no text (first: line %ld); %s\n", prog, path,
-                d->n_no_text, d->n_no_text == 1 ? "line has" : "lines have", d->first_no_text,
+                d->n_no_text, lines_word(d->n_no_text), d->first_no_text,
                 d->no_text_skipped ? "skipped (nothing to learn from)"
                                    : "still examples, predicted from no text");
     if (d->n_extra_labels)
