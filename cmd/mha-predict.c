@@ -496,17 +496,20 @@ typedef struct {
     const char *prediction_option;   /* an option that only predictions take */
 } Args;
 
-static const char *const VALUE_OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval",
-                                            "--batch-size", "--threads", "--device", "--precision"};
-static const char *const FLAG_OPTIONS[] = {"--json", "--attention", "--help"};
+/* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
+static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval", "--batch-size",
+                                      "--threads", "--device", "--precision", "--json", "--attention", "--help"};
+#define N_VALUE_OPTIONS 9
+#define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 
-static int in_list(const char *name, const char *const *list, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (!strcmp(name, list[k])) return 1;
-    return 0;
+/* Index of name in OPTIONS, or -1. */
+static int option_index(const char *name) {
+    for (int k = 0; k < N_OPTIONS; k++)
+        if (!strcmp(name, OPTIONS[k])) return k;
+    return -1;
 }
 
-/* Stores the value v of the value option `opt` (a name from VALUE_OPTIONS). */
+/* Stores the value v of the value option `opt` (one of the first N_VALUE_OPTIONS). */
 static int set_value(Args *a, const char *opt, const char *v) {
     if (!strcmp(opt, "--model")) a->model = v;
     else if (!strcmp(opt, "--eval")) a->eval = v;
@@ -533,19 +536,16 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
     if (len >= sizeof name) return usage_error("unknown option '%s'", arg);
     memcpy(name, arg, len);
     name[len] = 0;
-    if (in_list(name, FLAG_OPTIONS, sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS)) {
+    const int k = option_index(name);
+    if (k >= N_VALUE_OPTIONS) {
         if (eq) return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
         if (!strcmp(name, "--json")) a->json = 1;
         else if (!strcmp(name, "--attention")) a->attention = 1;
         else a->help = 1;
         return 0;
     }
-    if (!in_list(name, VALUE_OPTIONS, sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS)) {
-        const char *all[sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS + sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS];
-        int n = 0;
-        for (size_t k = 0; k < sizeof VALUE_OPTIONS / sizeof *VALUE_OPTIONS; k++) all[n++] = VALUE_OPTIONS[k];
-        for (size_t k = 0; k < sizeof FLAG_OPTIONS / sizeof *FLAG_OPTIONS; k++) all[n++] = FLAG_OPTIONS[k];
-        const char *near = mha_did_you_mean(name, all, n);
+    if (k < 0) {
+        const char *near = mha_did_you_mean(name, OPTIONS, N_OPTIONS);
         if (near) return usage_error("unknown option '%s' (did you mean '%s'?)", arg, near);
         return usage_error("unknown option '%s'", arg);
     }

@@ -44,20 +44,26 @@ static int usage_error(const char *fmt, ...) {
     return MHA_EXIT_USAGE;
 }
 
-static const char *const VALUE_OPTIONS[] = {"--config", "--set", "--resume", "--max-steps"};
-static const char *const FLAG_OPTIONS[] = {"--quiet", "--overwrite", "--profile", "--help"};
-static const char *const ALL_OPTIONS[] = {"--config", "--set", "--resume", "--max-steps",
-                                          "--quiet", "--overwrite", "--profile", "--help"};
-#define N_OF(a) ((int)(sizeof a / sizeof *a))
+/* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
+static const char *const OPTIONS[] = {"--config", "--set", "--resume", "--max-steps",
+                                      "--quiet", "--overwrite", "--profile", "--help"};
+#define N_VALUE_OPTIONS 4
+#define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
+
+/* Index of name in OPTIONS, or -1. */
+static int option_index(const char *name) {
+    for (int k = 0; k < N_OPTIONS; k++)
+        if (!strcmp(name, OPTIONS[k])) return k;
+    return -1;
+}
 
 static int unknown_option(const char *arg) {
     if (arg[0] != '-') return usage_error("unexpected argument '%s' (a config file is given as --config %s)", arg, arg);
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
-    for (int k = 0; k < N_OF(FLAG_OPTIONS); k++)
-        if (strchr(arg, '=') && !strcmp(name, FLAG_OPTIONS[k]))
-            return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
-    const char *near = mha_did_you_mean(name, ALL_OPTIONS, N_OF(ALL_OPTIONS));
+    if (strchr(arg, '=') && option_index(name) >= N_VALUE_OPTIONS)
+        return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
+    const char *near = mha_did_you_mean(name, OPTIONS, N_OPTIONS);
     if (near) return usage_error("unknown argument '%s' (did you mean '%s'?)", arg, near);
     if (arg[0] == '-' && arg[1] != '-') return usage_error("unknown argument '%s' (options are spelled --name)", arg);
     return usage_error("unknown argument '%s'", arg);
@@ -78,9 +84,8 @@ int main(int argc, char **argv) {
             name[eq - a] = '\0';
             eq_value = eq + 1;
             a = name;
-            int n_value = 0;
-            for (int k = 0; k < N_OF(VALUE_OPTIONS); k++) n_value += !strcmp(a, VALUE_OPTIONS[k]);
-            if (!n_value) { free(sets); return unknown_option(argv[i]); }
+            int k = option_index(a);
+            if (k < 0 || k >= N_VALUE_OPTIONS) { free(sets); return unknown_option(argv[i]); }
             if (!*eq_value) { free(sets); return usage_error("%s needs a value after '=' (got '%s')", a, argv[i]); }
         }
         int has_value = eq_value || i + 1 < argc;
@@ -93,7 +98,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) opt.quiet = 1;
         else if (!strcmp(a, "--overwrite")) opt.overwrite = 1;
         else if (!strcmp(a, "--profile")) opt.profile = 1;
-        else if (!strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--resume") || !strcmp(a, "--max-steps")) {
+        else if (option_index(a) >= 0 && option_index(a) < N_VALUE_OPTIONS) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
             const char *v = eq_value ? eq_value : argv[++i];
             if (!strcmp(a, "--config")) config_path = v;
