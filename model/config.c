@@ -354,14 +354,8 @@ static int unknown_section(MhaError *err, const char *loc, const char *name) {
         if (strcmp(key_short(&KEYS[i]), name) == 0)
             return failf(err, loc, "unknown section '%s' (did you mean '%s'? keys go inside "
                          "their section)", name, KEYS[i].name);
-    int best = 0, best_d = INT_MAX;
-    for (int i = 0; i < NSECTIONS; i++) {
-        int d = mha_edit_distance(name, SECTIONS[i]);
-        if (d < best_d) { best_d = d; best = i; }
-    }
-    if (mha_close_enough(best_d, name))
-        return failf(err, loc, "unknown section '%s' (did you mean '%s'?)", name,
-                     SECTIONS[best]);
+    const char *near = mha_did_you_mean(name, SECTIONS, NSECTIONS);
+    if (near) return failf(err, loc, "unknown section '%s' (did you mean '%s'?)", name, near);
     return failf(err, loc, "unknown section '%s' (allowed: data, model, train, output)", name);
 }
 
