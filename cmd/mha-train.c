@@ -60,7 +60,10 @@ static int option_index(const char *name) {
 static int unknown_option(const char *arg) {
     if (arg[0] != '-') return usage_error("unexpected argument '%s' (a config file is given as --config %s)", arg, arg);
     char name[64];
-    snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+    size_t len = strcspn(arg, "=");
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, arg, len);
+    name[len] = '\0';
     if (strchr(arg, '=') && option_index(name) >= N_VALUE_OPTIONS)
         return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
     const char *near = mha_did_you_mean(name, OPTIONS, N_OPTIONS);
