@@ -152,15 +152,19 @@ typedef struct Backend {
      * The most device memory the backend ever held at once through alloc() and its own
      * scratch buffers, in bytes (the CUDA backend; library workspaces are not counted). */
     size_t (*peak_bytes)(void);
-    /* A linear layer fused with what follows it in a forward pass without gradients
-     * (prediction, evaluation: model_forward with train = 0):
-     *   out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC),
-     * act = MHA_ACT_RELU or MHA_ACT_GELU, or -1 for none; residual may be NULL. The same
-     * values, bit for bit, as linear_forward, act_forward and add in turn (the CPU applies
-     * act and the residual to each block of rows right after its product, while it is in
-     * cache); out must not alias inp or residual. */
-    void (*linear_forward_post)(float *out, const float *inp, const float *w, const float *bias,
-                                int N, int IC, int OC, int act, const float *residual);
+    /* A linear layer fused with what follows it in the model (training and inference):
+     *   y = inp (N, IC) @ w (OC, IC)^T + bias (OC);   pre (N, OC) = y when pre is not NULL
+     *   (the activation's input, which act_backward reads);
+     *   out (N, OC) = dropout(act(y)) + residual (N, OC),
+     * act = MHA_ACT_RELU or MHA_ACT_GELU, or -1 for none; dropout as dropout_forward with
+     * p_drop, seed and offset 0 (p_drop 0: none); residual may be NULL. The same values, bit
+     * for bit, as linear_forward, act_forward, dropout_forward and add in turn, in fewer passes
+     * over memory (the CPU applies the rest to each block of rows right after its product,
+     * while it is in cache; CUDA in one kernel after the GEMM). out must not alias inp, pre
+     * or residual. */
+    void (*linear_forward_post)(float *out, float *pre, const float *inp, const float *w,
+                                const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                uint64_t seed, const float *residual);
 } Backend;
 
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread

@@ -36,6 +36,11 @@ static void p_sync(void) { inner->sync(); }
 static void p_linear_forward(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
     TIMED(PROF_GEMM, 2.0 * N * IC * OC, inner->linear_forward(o, i, w, b, N, IC, OC));
 }
+/* the fused linear layer counts as GEMM: its bias, activation, dropout and residual are part of it */
+static void p_linear_forward_post(float *o, float *pre, const float *i, const float *w, const float *b, int N,
+                                  int IC, int OC, int act, float p, uint64_t seed, const float *res) {
+    TIMED(PROF_GEMM, 2.0 * N * IC * OC, inner->linear_forward_post(o, pre, i, w, b, N, IC, OC, act, p, seed, res));
+}
 static void p_linear_backward(float *di, float *dw, float *db, const float *d, const float *i, const float *w,
                               int N, int IC, int OC, int acc) {
     TIMED(PROF_GEMM, (di ? 4.0 : 2.0) * N * IC * OC, inner->linear_backward(di, dw, db, d, i, w, N, IC, OC, acc));
@@ -108,7 +113,7 @@ static Backend wrapped;
 const Backend *profile_backend(const Backend *b) {
     inner = b;
     wrapped = (Backend){
-        .name = b->name, .alloc = p_alloc, .free = p_free, .to_device = p_to_device, .to_host = p_to_host,
+        .name = b->name, .bf16 = b->bf16, .int8 = b->int8, .alloc = p_alloc, .free = p_free, .to_device = p_to_device, .to_host = p_to_host,
         .copy = p_copy, .zero = p_zero, .sync = p_sync, .linear_forward = p_linear_forward,
         .linear_backward = p_linear_backward, .embed_forward = p_embed_forward, .embed_backward = p_embed_backward,
         .layernorm_forward = p_ln_forward, .layernorm_backward = p_ln_backward, .act_forward = p_act_forward,
@@ -119,6 +124,7 @@ const Backend *profile_backend(const Backend *b) {
         .pool_forward = p_pool_forward, .pool_backward = p_pool_backward, .crossentropy = p_ce,
         .adamw = p_adamw, .sum_squares = p_sum_squares, .scale = p_scale,
         .peak_bytes = b->peak_bytes,
+        .linear_forward_post = b->linear_forward_post ? p_linear_forward_post : NULL,
     };
     return &wrapped;
 }

@@ -34,12 +34,13 @@ static void *alloc_or_flag(Allocator *a, size_t bytes) {
     return p;
 }
 
-/* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). A replica runs
- * forward passes without gradients only: with Backend.linear_forward_post those never write
- * attproj, fc1, fc2, so a replica goes without them. */
+/* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). With
+ * Backend.linear_forward_post the forward never writes attproj and fc2 (the projections go
+ * straight into the residual sums), and fc1 only for the backward: a replica, which runs
+ * forward passes without gradients only, goes without it. */
 static void alloc_forward(Model *m, Allocator *A) {
     const ModelDims *d = &m->d;
-    const int fused_only = m->replica_of && m->be->linear_forward_post;
+    const int fused = m->be->linear_forward_post != NULL, fused_only = fused && m->replica_of;
     size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
     size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
     m->ids = alloc_or_flag(A, N * sizeof(int32_t));
@@ -56,11 +57,11 @@ static void alloc_forward(Model *m, Allocator *A) {
         a->atty = alloc_or_flag(A, N * C * fl);
         if (d->fused_attention) a->lse = alloc_or_flag(A, Bmax * d->NH * m->Tmax * fl);
         else a->att = alloc_or_flag(A, att_elems * fl);
-        if (!fused_only) a->attproj = alloc_or_flag(A, N * C * fl);
+        if (!fused) a->attproj = alloc_or_flag(A, N * C * fl);
         a->res1 = alloc_or_flag(A, N * C * fl);
         if (!fused_only) a->fc1 = alloc_or_flag(A, N * F * fl);
         a->fch = alloc_or_flag(A, N * F * fl);
-        if (!fused_only) a->fc2 = alloc_or_flag(A, N * C * fl);
+        if (!fused) a->fc2 = alloc_or_flag(A, N * C * fl);
         a->res2 = alloc_or_flag(A, N * C * fl);
         a->ln2 = alloc_or_flag(A, N * C * fl);
         a->ln2_mean = alloc_or_flag(A, N * fl);
@@ -248,13 +249,13 @@ static void attention_backward(Model *m, LayerActs *a, const float *datty, float
                                        m->T, d->C, d->NH, d->causal, p, seed);
 }
 
-/* res (N, OC) = residual + dropout(inp (N, IC) @ w^T + b), the linear output kept in lin for
- * the backward; fused into one call (lin unused) when `fuse` (p is then 0). */
-static void linear_residual(const Backend *be, int fuse, float *res, float *lin, const float *inp,
+/* res (N, OC) = residual + dropout(inp (N, IC) @ w^T + b): one call when the backend fuses
+ * (Backend.linear_forward_post), else three with the linear output in lin (N, OC). */
+static void linear_residual(const Backend *be, float *res, float *lin, const float *inp,
                             const float *w, const float *b, int N, int IC, int OC,
                             const float *residual, float p, uint64_t seed) {
-    if (fuse) {
-        be->linear_forward_post(res, inp, w, b, N, IC, OC, -1, residual);
+    if (be->linear_forward_post) {
+        be->linear_forward_post(res, NULL, inp, w, b, N, IC, OC, -1, p, seed, residual);
         return;
     }
     size_t n = (size_t)N * OC;
@@ -263,12 +264,12 @@ static void linear_residual(const Backend *be, int fuse, float *res, float *lin,
     be->add(res, residual, lin, n);
 }
 
-/* h (N, OC) = act(pre), pre = inp (N, IC) @ w^T + b kept for the backward; fused (pre
- * unused) when `fuse`. */
-static void linear_act(const Backend *be, int fuse, float *h, float *pre, const float *inp,
+/* h (N, OC) = act(pre), pre = inp (N, IC) @ w^T + b kept for the backward when `train`;
+ * one call when the backend fuses (Backend.linear_forward_post). */
+static void linear_act(const Backend *be, int train, float *h, float *pre, const float *inp,
                        const float *w, const float *b, int N, int IC, int OC, int act) {
-    if (fuse) {
-        be->linear_forward_post(h, inp, w, b, N, IC, OC, act, NULL);
+    if (be->linear_forward_post) {
+        be->linear_forward_post(h, train ? pre : NULL, inp, w, b, N, IC, OC, act, 0.0f, 0, NULL);
         return;
     }
     be->linear_forward(pre, inp, w, b, N, IC, OC);
@@ -295,9 +296,6 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
     be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
     be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
 
-    /* Without gradients the backend may fuse each linear layer with what follows it
-     * (Backend.linear_forward_post: the same values, fewer passes over memory). */
-    const int fuse = !train && be->linear_forward_post;
     m->backward_ready = train != 0;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
@@ -307,22 +305,22 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
             be->linear_forward(a->qkv, x, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
             /* res1 = x + dropout(atty @ proj_w^T + proj_b) */
-            linear_residual(be, fuse, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+            linear_residual(be, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
                             x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res1, W + o->ln1_w, W + o->ln1_b, N, C);
-            linear_act(be, fuse, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
-            linear_residual(be, fuse, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+            linear_act(be, train, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(be, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
                             a->ln1, p, site_seed(dropout_seed, l, 3));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W + o->ln2_w, W + o->ln2_b, N, C);
         } else {             /* x = x + attn(LN1(x)); x = x + ffn(LN2(x)) */
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + o->ln1_w, W + o->ln1_b, N, C);
             be->linear_forward(a->qkv, a->ln1, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
-            linear_residual(be, fuse, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+            linear_residual(be, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
                             x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, W + o->ln2_w, W + o->ln2_b, N, C);
-            linear_act(be, fuse, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
-            linear_residual(be, fuse, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+            linear_act(be, train, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(be, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
                             a->res1, p, site_seed(dropout_seed, l, 3));
         }
     }

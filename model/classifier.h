@@ -17,11 +17,12 @@ typedef struct {
     float *lse;                       /* (B, NH, T) log-sum-exp, fused path only */
     float *attproj;                   /* (N, C) output projection, after dropout (*) */
     float *res1;                      /* (N, C) first residual sum */
-    float *fc1;                       /* (N, F) before the activation (*) */
+    float *fc1;                       /* (N, F) before the activation (**) */
     float *fch;                       /* (N, F) after the activation */
     float *fc2;                       /* (N, C) second projection, after dropout (*)
-                                       * (*) not written by a forward without gradients on a
-                                       * backend with linear_forward_post; NULL in replicas */
+                                       * (*) only on a backend without linear_forward_post
+                                       * (which fuses them into res1, res2), else NULL;
+                                       * (**) NULL in replicas on such a backend (no backward) */
     float *res2;                      /* (N, C) second residual sum */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
 } LayerActs;

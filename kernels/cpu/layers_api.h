@@ -5,12 +5,17 @@
 
 void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
                         int N, int IC, int OC);
-/* out (N, OC) = act(inp @ w^T + bias) + residual (backend.h: linear_forward_post). */
-void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
-                             int N, int IC, int OC, int act, const REAL *residual);
-/* The post-op on one thread: out (n) = act(out) (act < 0: none), then out += residual (n)
- * when residual is not NULL; the same values as act_forward and the backend's add. */
-void FN(linear_post)(REAL *out, const REAL *residual, size_t n, int act);
+/* pre = inp @ w^T + bias (when pre is not NULL); out = dropout(act(pre)) + residual
+ * (backend.h: linear_forward_post). */
+void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *w, const REAL *bias,
+                             int N, int IC, int OC, int act, REAL p_drop, uint64_t seed,
+                             const REAL *residual);
+/* The post-op of n consecutive output elements on one thread, the first being element `first`
+ * of the layer's output (the dropout counter): pre (n) = out when pre is not NULL; out =
+ * act(out) (act < 0: none); dropout with p_drop (0: none); out += residual (n) when residual is
+ * not NULL. The same values as act_forward, dropout_forward (offset 0) and the backend's add. */
+void FN(linear_post)(REAL *out, REAL *pre, const REAL *residual, size_t n, int act, REAL p_drop,
+                     uint64_t seed, uint64_t first);
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
                          const REAL *inp, const REAL *w, int N, int IC, int OC,
                          int dinp_accumulate);

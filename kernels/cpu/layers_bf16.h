@@ -8,8 +8,9 @@
 
 void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
                              int N, int IC, int OC);
-void mha_linear_forward_post_bf16(float *out, const float *inp, const float *w, const float *bias,
-                                  int N, int IC, int OC, int act, const float *residual);
+void mha_linear_forward_post_bf16(float *out, float *pre, const float *inp, const float *w,
+                                  const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                  uint64_t seed, const float *residual);
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
                               const float *inp, const float *w, int N, int IC, int OC,
                               int dinp_accumulate);

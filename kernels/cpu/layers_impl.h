@@ -86,14 +86,16 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 /* ================================ linear ================================ */
 
 /* Threading of the products: see mha_gemm_row_blocks in cpu_common.h. */
-void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
-                             int N, int IC, int OC, int act, const REAL *residual) {
-    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
+void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *w, const REAL *bias,
+                             int N, int IC, int OC, int act, REAL p_drop, uint64_t seed,
+                             const REAL *residual) {
+    /* y = inp (N, IC) @ w (OC, IC)^T + bias (OC), kept in pre (N, OC) when asked;
+     * out (N, OC) = dropout(act(y)) + residual (N, OC) */
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) {
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias ? bias[o] : 0;
-        FN(linear_post)(out, residual, (size_t)N * OC, act);
+        FN(linear_post)(out, pre, residual, (size_t)N * OC, act, p_drop, seed, 0);
         return;
     }
     /* Row blocks aligned to MHA_LINEAR_ALIGN rows: OpenBLAS (0.3.21, Haswell kernels) gives
@@ -114,14 +116,15 @@ void FN(linear_forward_post)(REAL *out, const REAL *inp, const REAL *w, const RE
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n1 - n0, OC, IC, 1, inp + (size_t)n0 * IC, IC,
              w, IC, beta, out + (size_t)n0 * OC, OC);
         /* the block is still in cache */
-        FN(linear_post)(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
-                        (size_t)(n1 - n0) * OC, act);
+        size_t first = (size_t)n0 * OC;
+        FN(linear_post)(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,
+                        (size_t)(n1 - n0) * OC, act, p_drop, seed, first);
     }
 }
 
 void FN(linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
                         int N, int IC, int OC) {
-    FN(linear_forward_post)(out, inp, w, bias, N, IC, OC, -1, NULL);
+    FN(linear_forward_post)(out, NULL, inp, w, bias, N, IC, OC, -1, 0, 0, NULL);
 }
 
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
@@ -318,10 +321,6 @@ static MHA_CLONES void FN(relu_residual_range)(REAL *out, const REAL *residual, 
     }
 }
 
-void FN(linear_post)(REAL *out, const REAL *residual, size_t n, int act) {
-    if (act == MHA_ACT_GELU) FN(gelu_fwd_range)(out, out, 0, n);
-    if (act == MHA_ACT_RELU || residual) FN(relu_residual_range)(out, residual, n, act == MHA_ACT_RELU);
-}
 
 static MHA_CLONES void FN(gelu_bwd_range)(REAL *dinp, const REAL *dout, const REAL *inp,
                                           size_t i0, size_t i1) {
@@ -348,6 +347,20 @@ static MHA_CLONES void FN(dropout_range)(REAL *dst, const REAL *src, size_t i0, 
 #pragma omp simd
         for (size_t i = i0; i < i1; i++)
             dst[i] = (mha_rng_u64(seed, offset + i) >> 40) >= thr ? src[i] * scale : 0;
+    }
+}
+
+void FN(linear_post)(REAL *out, REAL *pre, const REAL *residual, size_t n, int act, REAL p_drop,
+                     uint64_t seed, uint64_t first) {
+    if (pre) memcpy(pre, out, n * sizeof(REAL));
+    if (act == MHA_ACT_GELU) FN(gelu_fwd_range)(out, out, 0, n);
+    if (p_drop > 0) {   /* dropout_apply's threshold and scale, on this block's counters */
+        if (act == MHA_ACT_RELU) FN(relu_residual_range)(out, NULL, n, 1);
+        FN(dropout_range)(out, out, 0, n, mha_drop_threshold((double)p_drop),
+                          p_drop < 1 ? 1 / (1 - p_drop) : 0, seed, first, 0);
+        if (residual) FN(relu_residual_range)(out, residual, n, 0);
+    } else if (act == MHA_ACT_RELU || residual) {
+        FN(relu_residual_range)(out, residual, n, act == MHA_ACT_RELU);
     }
 }
 

@@ -4,10 +4,12 @@
  * quantization's rounding. */
 #ifndef MHA_KERNELS_CPU_LAYERS_INT8_H
 #define MHA_KERNELS_CPU_LAYERS_INT8_H
+#include <stdint.h>
 
 void mha_linear_forward_int8(float *out, const float *inp, const float *w, const float *bias,
                              int N, int IC, int OC);
-void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, const float *bias,
-                                  int N, int IC, int OC, int act, const float *residual);
+void mha_linear_forward_post_int8(float *out, float *pre, const float *inp, const float *w,
+                                  const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                  uint64_t seed, const float *residual);
 
 #endif

@@ -42,11 +42,13 @@ static void pack_parallel(uint16_t *dst, const float *b, int ldb, int trans_b, i
     for (int p = 0; p < np; p++) mha_bf16_pack_b(dst, b, ldb, trans_b, K, N, p, p + 1);
 }
 
-void mha_linear_forward_post_bf16(float *out, const float *inp, const float *w, const float *bias,
-                                  int N, int IC, int OC, int act, const float *residual) {
-    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
-    if (N <= 0 || OC <= 0 || IC <= 0) {
-        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);   /* the empty cases */
+void mha_linear_forward_post_bf16(float *out, float *pre, const float *inp, const float *w,
+                                  const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                  uint64_t seed, const float *residual) {
+    /* y = inp (N, IC) @ w (OC, IC)^T + bias (OC), kept in pre (N, OC) when asked;
+     * out (N, OC) = dropout(act(y)) + residual (N, OC) */
+    if (N <= 0 || OC <= 0 || IC <= 0) {   /* the empty cases */
+        mha_linear_forward_post_f32(out, pre, inp, w, bias, N, IC, OC, act, p_drop, seed, residual);
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
@@ -63,14 +65,15 @@ void mha_linear_forward_post_bf16(float *out, const float *inp, const float *w, 
         mha_bf16_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, 0, wp, out + (size_t)n0 * OC, OC,
                       0, bias, NULL, thread_scratch(n1 - n0));
         /* the block is still in cache */
-        mha_linear_post_f32(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
-                            (size_t)(n1 - n0) * OC, act);
+        size_t first = (size_t)n0 * OC;
+        mha_linear_post_f32(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,
+                            (size_t)(n1 - n0) * OC, act, p_drop, seed, first);
     }
 }
 
 void mha_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
                              int N, int IC, int OC) {
-    mha_linear_forward_post_bf16(out, inp, w, bias, N, IC, OC, -1, NULL);
+    mha_linear_forward_post_bf16(out, NULL, inp, w, bias, N, IC, OC, -1, 0.0f, 0, NULL);
 }
 
 void mha_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,

@@ -18,12 +18,14 @@
 static _Thread_local MhaBuffer tl_packed;    /* the packed weights of the calling thread's product */
 static _Thread_local MhaBuffer tl_scratch;   /* a worker's quantized rows */
 
-void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, const float *bias,
-                                  int N, int IC, int OC, int act, const float *residual) {
-    /* out (N, OC) = act(inp (N, IC) @ w (OC, IC)^T + bias (OC)) + residual (N, OC) */
+void mha_linear_forward_post_int8(float *out, float *pre, const float *inp, const float *w,
+                                  const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                  uint64_t seed, const float *residual) {
+    /* y = inp (N, IC) @ w (OC, IC)^T + bias (OC), kept in pre (N, OC) when asked;
+     * out (N, OC) = dropout(act(y)) + residual (N, OC) */
     if (N <= 0 || OC <= 0 || IC <= 0 || IC > MHA_I8_MAX_K) {
         /* the empty cases, and depths whose int32 sums could overflow */
-        mha_linear_forward_post_f32(out, inp, w, bias, N, IC, OC, act, residual);
+        mha_linear_forward_post_f32(out, pre, inp, w, bias, N, IC, OC, act, p_drop, seed, residual);
         return;
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
@@ -41,12 +43,13 @@ void mha_linear_forward_post_int8(float *out, const float *inp, const float *w, 
         void *scratch = mha_buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC), "an int8 workspace");
         mha_i8_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, wp, bias, out + (size_t)n0 * OC, OC, scratch);
         /* the block is still in cache */
-        mha_linear_post_f32(out + (size_t)n0 * OC, residual ? residual + (size_t)n0 * OC : NULL,
-                            (size_t)(n1 - n0) * OC, act);
+        size_t first = (size_t)n0 * OC;
+        mha_linear_post_f32(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,
+                            (size_t)(n1 - n0) * OC, act, p_drop, seed, first);
     }
 }
 
 void mha_linear_forward_int8(float *out, const float *inp, const float *w, const float *bias,
                              int N, int IC, int OC) {
-    mha_linear_forward_post_int8(out, inp, w, bias, N, IC, OC, -1, NULL);
+    mha_linear_forward_post_int8(out, NULL, inp, w, bias, N, IC, OC, -1, 0.0f, 0, NULL);
 }

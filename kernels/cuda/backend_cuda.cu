@@ -235,6 +235,7 @@ static void fill_table(Backend *t) {
     t->zero = cu_zero;
     t->sync = cu_sync;
     t->linear_forward = mha_cu_linear_forward;
+    t->linear_forward_post = mha_cu_linear_forward_post;
     t->linear_backward = mha_cu_linear_backward;
     t->embed_forward = mha_cu_embed_forward;
     t->embed_backward = mha_cu_embed_backward;
@@ -265,6 +266,7 @@ static void fill_table_bf16(Backend *t) {
     fill_table(t);
     t->bf16 = 1;
     t->linear_forward = mha_cu_linear_forward_bf16;
+    t->linear_forward_post = mha_cu_linear_forward_post_bf16;
     t->linear_backward = mha_cu_linear_backward_bf16;
     t->attention_forward_fused = mha_cu_attention_forward_fused_bf16;
     t->attention_backward_fused = mha_cu_attention_backward_fused_bf16;

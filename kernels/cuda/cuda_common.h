@@ -117,6 +117,10 @@ static inline unsigned int mha_cu_blocks(size_t n, unsigned int threads, unsigne
 /* gemm.cu */
 void mha_cu_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
+/* Backend.linear_forward_post: the GEMM, then mha_cu_linear_epilogue */
+void mha_cu_linear_forward_post(float *out, float *pre, const float *inp, const float *w,
+                                const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                uint64_t seed, const float *residual);
 void mha_cu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC,
                             int dinp_accumulate);
@@ -145,6 +149,11 @@ void mha_cu_dropout_forward(float *out, const float *inp, size_t n, float p, uin
 void mha_cu_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
                              uint64_t offset);
 void mha_cu_scale(float *x, size_t n, float s);
+/* out (N, OC) holding inp @ w^T: += bias (OC) when not NULL; pre = out when not NULL;
+ * act (-1: none); dropout p_drop with seed, offset 0 (0: none); += residual (N, OC) when not
+ * NULL. One launch (none when there is nothing to do). */
+void mha_cu_linear_epilogue(float *out, float *pre, const float *bias, int N, int OC, int act,
+                            float p_drop, uint64_t seed, const float *residual);
 /* attention_math.cu */
 void mha_cu_attention_forward_math(float *out, float *att, const float *qkv, const int32_t *lengths,
                                    int B, int T, int C, int NH, int causal, float p_drop,
@@ -164,6 +173,9 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
  * (same contract as gemm.cu, including += in backward and dinp_accumulate) */
 void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
                                 int N, int IC, int OC);
+void mha_cu_linear_forward_post_bf16(float *out, float *pre, const float *inp, const float *w,
+                                     const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                     uint64_t seed, const float *residual);
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
                                  const float *inp, const float *w, int N, int IC, int OC,
                                  int dinp_accumulate);

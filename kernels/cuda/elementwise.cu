@@ -1,4 +1,5 @@
-/* kernels/cuda/elementwise.cu: activations, add, accumulate, dropout, scale.
+/* kernels/cuda/elementwise.cu: activations, add, accumulate, dropout, scale, and the linear
+ * layer's epilogue (bias, activation, dropout and residual in one pass after the GEMM).
  * Grid-stride loops over size_t indices; dropout_backward accumulates (+=) into dinp,
  * act_backward overwrites it (and may run in place, dinp == dout).
  * Dropout uses kernels/rng.h exactly as backend.h says: element i is kept when
@@ -121,5 +122,37 @@ void mha_cu_dropout_backward(float *dinp, const float *dout, size_t n, float p, 
     }
     float inv_keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     mha_launch(dropout_backward_kernel, mha_cu_blocks(n, 256), 256)(dinp, dout, n, p, inv_keep, seed, offset);
+    LAUNCH_CHECK();
+}
+
+/* The linear layer's epilogue on out (N, OC), which holds inp @ w^T: per element, the value
+ * each separate kernel would store, in their order (add_bias_kernel, act_forward_kernel,
+ * dropout_forward_kernel, add_kernel), so Backend.linear_forward_post is bit for bit
+ * linear_forward + act_forward + dropout_forward + add. __fmul_rn: the dropout's product is
+ * rounded before the residual is added, as when it was stored (no fused multiply-add). */
+__global__ void linear_epilogue_kernel(float *out, float *pre, const float *bias, size_t n, int OC,
+                                       int act, float p, float inv_keep, uint64_t seed,
+                                       const float *residual) {
+    GRID_STRIDE(i, n) {
+        float y = out[i];
+        if (bias) y += bias[i % OC];
+        if (pre) pre[i] = y;
+        if (act == MHA_ACT_GELU) y = gelu(y);
+        else if (act == MHA_ACT_RELU) y = y > 0.0f ? y : 0.0f;
+        if (p > 0.0f) y = mha_rng_uniform(seed, i) >= p ? __fmul_rn(y, inv_keep) : 0.0f;
+        if (residual) y = residual[i] + y;
+        out[i] = y;
+    }
+}
+
+void mha_cu_linear_epilogue(float *out, float *pre, const float *bias, int N, int OC, int act,
+                            float p_drop, uint64_t seed, const float *residual) {
+    size_t n = (size_t)N * OC;
+    MHA_CU_REQUIRE(act < 0 || act == MHA_ACT_RELU || act == MHA_ACT_GELU,
+                   "linear_forward_post: unknown activation");
+    if (!n || (!bias && !pre && act < 0 && p_drop <= 0.0f && !residual)) return;
+    float inv_keep = p_drop < 1.0f ? 1.0f / (1.0f - p_drop) : 0.0f;
+    mha_launch(linear_epilogue_kernel, mha_cu_blocks(n, 256), 256)(out, pre, bias, n, OC, act, p_drop,
+                                                                  inv_keep, seed, residual);
     LAUNCH_CHECK();
 }

@@ -41,6 +41,21 @@ void mha_cu_linear_forward(float *out, const float *inp, const float *w, const f
     }
 }
 
+void mha_cu_linear_forward_post(float *out, float *pre, const float *inp, const float *w,
+                                const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                uint64_t seed, const float *residual) {
+    if (N <= 0 || OC <= 0) return;
+    if (IC <= 0) {   /* empty product: y = bias (or 0) */
+        mha_cu_linear_forward(out, inp, w, bias, N, IC, OC);
+        mha_cu_linear_epilogue(out, pre, NULL, N, OC, act, p_drop, seed, residual);
+        return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSgemm(mha_cu_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, w, IC,
+                             inp, IC, &zero, out, OC));
+    mha_cu_linear_epilogue(out, pre, bias, N, OC, act, p_drop, seed, residual);
+}
+
 void mha_cu_add_bias(float *out, const float *bias, int N, int OC) {
     size_t total = (size_t)N * OC;
     mha_launch(add_bias_kernel, mha_cu_blocks(total, 256), 256)(out, bias, total, OC);

@@ -51,6 +51,19 @@ void mha_cu_linear_forward_bf16(float *out, const float *inp, const float *w, co
     if (bias) mha_cu_add_bias(out, bias, N, OC);
 }
 
+void mha_cu_linear_forward_post_bf16(float *out, float *pre, const float *inp, const float *w,
+                                     const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                     uint64_t seed, const float *residual) {
+    if (N <= 0 || OC <= 0 || IC <= 0) {   /* the empty cases, as in fp32 */
+        mha_cu_linear_forward_post(out, pre, inp, w, bias, N, IC, OC, act, p_drop, seed, residual);
+        return;
+    }
+    const __nv_bfloat16 *w16 = to_bf16(MHA_SCRATCH_H0, w, (size_t)OC * IC);     /* (OC, IC) */
+    const __nv_bfloat16 *x16 = to_bf16(MHA_SCRATCH_H1, inp, (size_t)N * IC);    /* (N, IC) */
+    gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w16, IC, x16, IC, 0.0f, out, OC);
+    mha_cu_linear_epilogue(out, pre, bias, N, OC, act, p_drop, seed, residual);
+}
+
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
                                  const float *inp, const float *w, int N, int IC, int OC,
                                  int dinp_accumulate) {

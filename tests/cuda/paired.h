@@ -177,7 +177,7 @@ static inline void cmp_bits_gpu(const char *name, const void *a, const void *b, 
     int same = memcmp(ha, hb, bytes) == 0;
     n_checks++;
     printf("%-4s %-64s %s\n", same ? "ok" : "FAIL", name, same ? "bitwise equal" : "DIFFER");
-    CHECK(same, "%s: two runs differ", name);
+    CHECK(same, "%s: the two buffers differ", name);
     free(ha);
     free(hb);
 }

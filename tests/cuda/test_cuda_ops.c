@@ -56,6 +56,55 @@ static void test_linear(int N, int IC, int OC, int with_bias) {
     free_all();
 }
 
+/* linear_forward_post (the fused linear layer) of the GPU table g: against the CPU's (tol),
+ * and bit for bit against g's own separate ops (linear_forward, act_forward, dropout_forward,
+ * add), its pre output too, in the combinations the model uses and one with everything. */
+static void test_linear_post(const Backend *g, const char *tag, int N, int IC, int OC, double tol) {
+    static const struct { int act; float p; int res, pre, bias; } cases[] = {
+        {-1, 0.2f, 1, 0, 1},            /* training: res = x + dropout(linear) */
+        {MHA_ACT_RELU, 0.0f, 0, 1, 1},  /* training: h = relu(pre), pre kept */
+        {MHA_ACT_GELU, 0.0f, 0, 1, 0},
+        {-1, 0.0f, 1, 0, 1},            /* inference: res = x + linear */
+        {MHA_ACT_GELU, 0.2f, 1, 1, 1},  /* everything */
+    };
+    const size_t n = (size_t)N * OC;
+    const uint64_t seed = 4242;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char name[160], n2[200];
+        snprintf(name, sizeof name, "%slinear_forward_post N=%d IC=%d OC=%d act=%d p=%.1f res=%d pre=%d bias=%d",
+                 tag, N, IC, OC, cases[k].act, cases[k].p, cases[k].res, cases[k].pre, cases[k].bias);
+        if (!wanted(name)) continue;
+        Buf *inp = in_rand((size_t)N * IC, -1, 1), *w = in_rand((size_t)OC * IC, -0.5f, 0.5f);
+        Buf *bias = cases[k].bias ? in_rand(OC, -1, 1) : NULL, *res = cases[k].res ? in_rand(n, -1, 1) : NULL;
+        Buf *out = out_poison(n, 4), *pre = cases[k].pre ? out_poison(n, 4) : NULL;
+        Buf *lin = out_poison(n, 4), *ref = out_poison(n, 4);
+        const int act = cases[k].act;
+        const float p = cases[k].p;
+        cpu->linear_forward_post(FC(out), pre ? FC(pre) : NULL, FC(inp), FC(w), bias ? FC(bias) : NULL, N, IC,
+                                 OC, act, p, seed, res ? FC(res) : NULL);
+        g->linear_forward_post(F(out), pre ? F(pre) : NULL, F(inp), F(w), bias ? F(bias) : NULL, N, IC, OC,
+                               act, p, seed, res ? F(res) : NULL);
+        snprintf(n2, sizeof n2, "%s: out vs cpu", name);
+        cmp_f(n2, out, n, tol);
+        if (pre) {
+            snprintf(n2, sizeof n2, "%s: pre vs cpu", name);
+            cmp_f(n2, pre, n, tol);
+        }
+        g->linear_forward(F(lin), F(inp), F(w), bias ? F(bias) : NULL, N, IC, OC);
+        if (act >= 0) g->act_forward(F(ref), F(lin), n, act);
+        else g->copy(F(ref), F(lin), n * sizeof(float));
+        g->dropout_forward(F(ref), F(ref), n, p, seed, 0);
+        if (res) g->add(F(ref), F(res), F(ref), n);
+        snprintf(n2, sizeof n2, "%s: out = separate ops", name);
+        cmp_bits_gpu(n2, F(out), F(ref), n * sizeof(float));
+        if (pre) {
+            snprintf(n2, sizeof n2, "%s: pre = linear_forward", name);
+            cmp_bits_gpu(n2, F(pre), F(lin), n * sizeof(float));
+        }
+        free_all();
+    }
+}
+
 static void test_embed(int B, int T, int C, int V, int with_dpos) {
     char name[128], n2[160];
     snprintf(name, sizeof name, "embed B=%d T=%d C=%d V=%d dpos=%d", B, T, C, V, with_dpos);
@@ -419,6 +468,14 @@ int main(void) {
     test_linear(300, 96, 130, 1);
     if (!emu) test_linear(1024, 64, 192, 1);
     test_linear(9000, 8, 40, 1);      /* 71 row groups: lanes of the bias column sums' second stage add 2-3 */
+    test_linear_post(gpu, "", 37, 24, 40, TOL);
+    test_linear_post(gpu, "", 5, 0, 7, TOL);    /* empty product: y = bias */
+    test_linear_post(gpu, "", 300, 96, 130, TOL);
+    {
+        const Backend *gpu16 = mha_cuda_backend(0, 1, why, sizeof why);   /* NULL before sm_80 */
+        if (gpu16) test_linear_post(gpu16, "bf16 ", 300, 96, 130, 1e-2);
+        else printf("bf16 linear_forward_post: skipped (%s)\n", why);
+    }
 
     test_embed(3, 9, 16, 11, 1);
     test_embed(2, 5, 7, 3, 0);

@@ -584,37 +584,52 @@ static void test_memory_and_expf(void) {
 }
 
 /* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
- * act_forward, then add of the residual, for every act and with/without bias and residual;
- * every output cell written (poisoned with NaN first). */
+ * act_forward, dropout_forward, and add of the residual, for every act, with/without bias,
+ * dropout and residual, and pre (the linear output) kept or not; every output cell written
+ * (poisoned with NaN first). The dropout counters run over the whole (N, OC) output, so the
+ * larger size (several row blocks, on threads) checks each block's offset. */
 static void test_linear_post_table(const Backend *t, const char *name) {
     const int sizes[2][3] = {{37, 24, 40}, {300, 96, 160}};   /* the second above MHA_GEMM_PAR_MIN */
+    const uint64_t seed = 77;
     for (int si = 0; si < 2; si++) {
         const int N = sizes[si][0], IC = sizes[si][1], OC = sizes[si][2];
         const size_t n = (size_t)N * OC;
         float *x = malloc((size_t)N * IC * sizeof *x), *w = malloc((size_t)OC * IC * sizeof *w);
         float *b = malloc((size_t)OC * sizeof *b), *r = malloc(n * sizeof *r);
         float *lin = malloc(n * sizeof *lin), *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
+        float *pre = malloc(n * sizeof *pre);
         for (size_t i = 0; i < (size_t)N * IC; i++) x[i] = (float)(2 * mha_rng_uniform(91, i) - 1);
         for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = (float)(0.3 * (2 * mha_rng_uniform(92, i) - 1));
         for (int i = 0; i < OC; i++) b[i] = (float)(0.5 * (2 * mha_rng_uniform(93, (uint64_t)i) - 1));
         for (size_t i = 0; i < n; i++) r[i] = (float)(2 * mha_rng_uniform(94, i) - 1);
-        int bad = 0;
+        int bad = 0, bad_pre = 0, cases = 0;
         for (int act = -1; act <= MHA_ACT_GELU; act++)
             for (int with_bias = 0; with_bias < 2; with_bias++)
-                for (int with_res = 0; with_res < 2; with_res++) {
-                    const float *bias = with_bias ? b : NULL, *res = with_res ? r : NULL;
-                    t->linear_forward(lin, x, w, bias, N, IC, OC);
-                    if (act >= 0) t->act_forward(ref, lin, n, act);
-                    else memcpy(ref, lin, n * sizeof *ref);
-                    if (res) t->add(ref, res, ref, n);
-                    for (size_t i = 0; i < n; i++) out[i] = NAN;
-                    t->linear_forward_post(out, x, w, bias, N, IC, OC, act, res);
-                    bad += memcmp(out, ref, n * sizeof *out) != 0;
-                }
-        char what[96];
-        snprintf(what, sizeof what, "linear_forward_post %s %dx%d->%d = ops in turn", name, N, IC, OC);
+                for (int with_res = 0; with_res < 2; with_res++)
+                    for (int with_drop = 0; with_drop < 2; with_drop++)
+                        for (int with_pre = 0; with_pre < 2; with_pre++) {
+                            const float *bias = with_bias ? b : NULL, *res = with_res ? r : NULL;
+                            const float p = with_drop ? 0.3f : 0.0f;
+                            t->linear_forward(lin, x, w, bias, N, IC, OC);
+                            if (act >= 0) t->act_forward(ref, lin, n, act);
+                            else memcpy(ref, lin, n * sizeof *ref);
+                            t->dropout_forward(ref, ref, n, p, seed, 0);
+                            if (res) t->add(ref, res, ref, n);
+                            for (size_t i = 0; i < n; i++) out[i] = pre[i] = NAN;
+                            t->linear_forward_post(out, with_pre ? pre : NULL, x, w, bias, N, IC, OC, act,
+                                                   p, seed, res);
+                            bad += memcmp(out, ref, n * sizeof *out) != 0;
+                            if (with_pre) bad_pre += memcmp(pre, lin, n * sizeof *pre) != 0;
+                            else bad_pre += !isnan(pre[0]);   /* pre NULL: nothing written there */
+                            cases++;
+                        }
+        char what[128];
+        snprintf(what, sizeof what, "linear_forward_post %s %dx%d->%d = ops in turn (%d cases)", name, N,
+                 IC, OC, cases);
         test_expect(what, bad == 0);
-        free(x), free(w), free(b), free(r), free(lin), free(ref), free(out);
+        snprintf(what, sizeof what, "linear_forward_post %s %dx%d->%d: pre = linear output", name, N, IC, OC);
+        test_expect(what, bad_pre == 0);
+        free(x), free(w), free(b), free(r), free(lin), free(ref), free(out), free(pre);
     }
 }
 

@@ -2,6 +2,7 @@
  *  - gradient accumulation: 4 micro-batches of 8 give the gradients of one batch of 32,
  *    and 2 x 4 match PyTorch's gradients of the batch of 8 (tests/fixtures/ref_grad_accum.json);
  *  - the fused and materialising attention paths train identically, dropout included;
+ *  - the fused linear layers (Backend.linear_forward_post) train bit for bit as the separate ops;
  *  - single-batch overfit: 32 examples reach loss < 0.01 within 300 updates;
  *  - the learning-rate schedule's warmup and decay values;
  *  - bf16 mixed precision on the CPU (when it has AVX512_BF16): first gradients within bf16
@@ -200,6 +201,34 @@ static void test_paths_agree_with_dropout(void) {
     printf("math vs fused attention with dropout: losses %.6f .. %.6f agree\n", losses[0][0], losses[0][4]);
 }
 
+/* The fused linear layers (Backend.linear_forward_post: bias, activation, dropout and residual
+ * applied right after each product) train bit for bit as the separate ops, dropout on, for
+ * post- and pre-LN and both activations: the same losses over 3 updates and first gradients. */
+static void test_fused_linear_trains_as_separate(void) {
+    const Backend *fused = mha_cpu_backend(2);
+    Backend separate = *fused;
+    separate.linear_forward_post = NULL;
+    int bad = 0;
+    for (int variant = 0; variant < 4; variant++) {
+        Config c;
+        small_config(&c, "fused");
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        snprintf(c.norm, sizeof c.norm, "%s", variant & 1 ? "pre" : "post");
+        snprintf(c.activation, sizeof c.activation, "%s", variant & 2 ? "gelu" : "relu");
+        double losses[2][3];
+        float *grads[2] = {NULL, NULL};
+        size_t n[2] = {0, 0};
+        train_steps(fused, &c, 16, 12, 9, 3, 0, 3, 100, losses[0], &grads[0], &n[0]);
+        train_steps(&separate, &c, 16, 12, 9, 3, 0, 3, 100, losses[1], &grads[1], &n[1]);
+        bad += !grads[0] || !grads[1] || n[0] != n[1] || memcmp(losses[0], losses[1], sizeof losses[0]) != 0 ||
+               memcmp(grads[0], grads[1], n[0] * sizeof(float)) != 0;
+        free(grads[0]), free(grads[1]);
+    }
+    CHECK(bad == 0, "fused linear layers: %d of 4 variants differ from the separate ops", bad);
+    printf("fused linear layers train bit for bit as the separate ops (4 variants, dropout 0.1)\n");
+}
+
 static void test_overfit(void) {
     Config c;
     small_config(&c, "fused");
@@ -335,6 +364,7 @@ int main(void) {
     test_grad_accum();
     test_grad_accum_vs_torch();
     test_paths_agree_with_dropout();
+    test_fused_linear_trains_as_separate();
     test_overfit();
     test_bf16_follows_fp32();
     test_bf16_selection();
