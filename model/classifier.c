@@ -276,8 +276,8 @@ static void linear_act(const Backend *be, int train, float *h, float *pre, const
     be->act_forward(h, pre, (size_t)N * OC, act);
 }
 
-double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
-                     int B, int T, int train, uint64_t dropout_seed) {
+void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                   int B, int T, int train, uint64_t dropout_seed) {
     const Backend *be = m->be;
     const ModelDims *d = &m->d;
     const ParamLayout *L = &m->lay;
@@ -330,11 +330,15 @@ double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const
     be->pool_forward(m->pooled, m->argmax, encoder_output(m), m->lengths, B, T, C, d->pool);
     be->linear_forward(m->logits, m->pooled, W + L->head_w, W + L->head_b, B, C, K);
     be->crossentropy(m->losses, m->probs, NULL, m->logits, m->labels, B, K, d->label_smoothing, 0.0f);
-    if (!train) be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));   /* training reads only the loss */
-    if (!labels) return 0.0;
-    be->to_host(m->h_losses, m->losses, (size_t)B * sizeof(float));
+    if (train) return;   /* the trainer reads the loss after the backward (model_loss_sum) */
+    be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));
+    if (labels) be->to_host(m->h_losses, m->losses, (size_t)B * sizeof(float));
+}
+
+double model_loss_sum(Model *m) {
+    m->be->to_host(m->h_losses, m->losses, (size_t)m->B * sizeof(float));
     double sum = 0.0;
-    for (int b = 0; b < B; b++) sum += m->h_losses[b];
+    for (int b = 0; b < m->B; b++) sum += m->h_losses[b];
     return sum;
 }
 

@@ -76,11 +76,16 @@ int model_replicas(Model *m, int n);
 void model_init_params(Model *m, uint64_t seed);
 
 /* Forward on a host batch (ids (B, T), lengths (B), labels (B) or NULL).
- * train != 0 enables dropout with dropout_seed. Fills h_probs (B, K) when train == 0 (the
- * device's probs are there either way), and h_losses (B) when labels are given; returns the
- * sum of the losses (0 without labels). */
-double model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
-                     int B, int T, int train, uint64_t dropout_seed);
+ * train == 0: fills h_probs (B, K), and h_losses (B) when labels are given (the device's
+ * probs and losses are there either way).
+ * train != 0: dropout with dropout_seed, and what model_backward needs; nothing is copied to
+ * the host, so a training step queues its forward and backward without waiting for the
+ * device: read the loss with model_loss_sum after model_backward. */
+void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                   int B, int T, int train, uint64_t dropout_seed);
+/* The sum of the last forward's per-example losses (it must have had labels), also copied to
+ * h_losses (B). Waits for the device. */
+double model_loss_sum(Model *m);
 /* Backward of the last forward (which must have had labels and train != 0; after a forward
  * with train = 0 it aborts with a message), accumulating into m->grads the gradient of
  * loss_scale * (sum of the losses). */

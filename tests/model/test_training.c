@@ -171,7 +171,8 @@ static void train_steps(const Backend *be, const Config *c, int B, int T, uint64
         for (size_t i = 0; i < m.lay.total; i++) m.params[i] *= 1.0f + (2.0f * mha_rng_uniform(99, i) - 1.0f) * perturb;
     for (int s = 0; s < steps; s++) {
         model_zero_grads(&m);
-        losses[s] = model_forward(&m, ids, len, lab, B, T, 1, dropout_seed + (uint64_t)s) / B;
+        model_forward(&m, ids, len, lab, B, T, 1, dropout_seed + (uint64_t)s);
+        losses[s] = model_loss_sum(&m) / B;
         model_backward(&m, 1.0f / B, dropout_seed + (uint64_t)s);
         if (s == 0 && first_grads) {
             *first_grads = host_grads(&m);
@@ -249,7 +250,8 @@ static void test_overfit(void) {
     int step;
     for (step = 0; step < 300; step++) {
         model_zero_grads(&m);
-        loss = model_forward(&m, ids, len, lab, B, T, 1, 0) / B;
+        model_forward(&m, ids, len, lab, B, T, 1, 0);
+        loss = model_loss_sum(&m) / B;
         if (step == 0) first = loss;
         if (loss < 0.01) break;
         model_backward(&m, 1.0f / B, 0);
