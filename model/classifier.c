@@ -40,7 +40,8 @@ static void *alloc_or_flag(Allocator *a, size_t bytes) {
  * forward passes without gradients only, goes without it. */
 static void alloc_forward(Model *m, Allocator *A) {
     const ModelDims *d = &m->d;
-    const int fused = m->be->linear_forward_post != NULL, fused_only = fused && m->replica_of;
+    m->fused_linear = m->be->linear_forward_post != NULL;
+    const int fused = m->fused_linear, fused_only = fused && m->replica_of;
     size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
     size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
     m->ids = alloc_or_flag(A, N * sizeof(int32_t));
@@ -249,12 +250,13 @@ static void attention_backward(Model *m, LayerActs *a, const float *datty, float
                                        m->T, d->C, d->NH, d->causal, p, seed);
 }
 
-/* res (N, OC) = residual + dropout(inp (N, IC) @ w^T + b): one call when the backend fuses
+/* res (N, OC) = residual + dropout(inp (N, IC) @ w^T + b): one call when the model fuses
  * (Backend.linear_forward_post), else three with the linear output in lin (N, OC). */
-static void linear_residual(const Backend *be, float *res, float *lin, const float *inp,
+static void linear_residual(const Model *m, float *res, float *lin, const float *inp,
                             const float *w, const float *b, int N, int IC, int OC,
                             const float *residual, float p, uint64_t seed) {
-    if (be->linear_forward_post) {
+    const Backend *be = m->be;
+    if (m->fused_linear) {
         be->linear_forward_post(res, NULL, inp, w, b, N, IC, OC, -1, p, seed, residual);
         return;
     }
@@ -265,10 +267,11 @@ static void linear_residual(const Backend *be, float *res, float *lin, const flo
 }
 
 /* h (N, OC) = act(pre), pre = inp (N, IC) @ w^T + b kept for the backward when `train`;
- * one call when the backend fuses (Backend.linear_forward_post). */
-static void linear_act(const Backend *be, int train, float *h, float *pre, const float *inp,
+ * one call when the model fuses (Backend.linear_forward_post). */
+static void linear_act(const Model *m, int train, float *h, float *pre, const float *inp,
                        const float *w, const float *b, int N, int IC, int OC, int act) {
-    if (be->linear_forward_post) {
+    const Backend *be = m->be;
+    if (m->fused_linear) {
         be->linear_forward_post(h, train ? pre : NULL, inp, w, b, N, IC, OC, act, 0.0f, 0, NULL);
         return;
     }
@@ -297,6 +300,7 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
     be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
 
     m->backward_ready = train != 0;
+    m->loss_ready = labels != NULL;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
         const LayerOffsets *o = &L->layer[l];
@@ -305,22 +309,22 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
             be->linear_forward(a->qkv, x, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
             /* res1 = x + dropout(atty @ proj_w^T + proj_b) */
-            linear_residual(be, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+            linear_residual(m, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
                             x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res1, W + o->ln1_w, W + o->ln1_b, N, C);
-            linear_act(be, train, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
-            linear_residual(be, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+            linear_act(m, train, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(m, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
                             a->ln1, p, site_seed(dropout_seed, l, 3));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W + o->ln2_w, W + o->ln2_b, N, C);
         } else {             /* x = x + attn(LN1(x)); x = x + ffn(LN2(x)) */
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + o->ln1_w, W + o->ln1_b, N, C);
             be->linear_forward(a->qkv, a->ln1, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
             attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
-            linear_residual(be, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
+            linear_residual(m, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
                             x, p, site_seed(dropout_seed, l, 2));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, W + o->ln2_w, W + o->ln2_b, N, C);
-            linear_act(be, train, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
-            linear_residual(be, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
+            linear_act(m, train, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
+            linear_residual(m, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
                             a->res1, p, site_seed(dropout_seed, l, 3));
         }
     }
@@ -336,6 +340,10 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
 }
 
 double model_loss_sum(Model *m) {
+    if (!m->loss_ready) {
+        fprintf(stderr, "mha: internal error: model_loss_sum after a forward pass without labels\n");
+        abort();
+    }
     m->be->to_host(m->h_losses, m->losses, (size_t)m->B * sizeof(float));
     double sum = 0.0;
     for (int b = 0; b < m->B; b++) sum += m->h_losses[b];

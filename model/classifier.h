@@ -20,16 +20,18 @@ typedef struct {
     float *fc1;                       /* (N, F) before the activation (**) */
     float *fch;                       /* (N, F) after the activation */
     float *fc2;                       /* (N, C) second projection, after dropout (*)
-                                       * (*) only on a backend without linear_forward_post
-                                       * (which fuses them into res1, res2), else NULL;
-                                       * (**) NULL in replicas on such a backend (no backward) */
+                                       * (*) only when the model fuses its linear layers
+                                       * (Model.fused_linear), else NULL: they go straight
+                                       * into res1, res2;
+                                       * (**) NULL in replicas that fuse (no backward) */
     float *res2;                      /* (N, C) second residual sum */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
 } LayerActs;
 
 typedef struct Model {
     ModelDims d;
-    const Backend *be;
+    const Backend *be;      /* fixed at creation: the activations are allocated for its ops */
+    int fused_linear;       /* be has linear_forward_post: each linear layer is one call */
     ParamLayout lay;
     float *params;          /* (lay.total) */
     float *grads;           /* (lay.total) */
@@ -58,6 +60,7 @@ typedef struct Model {
     int n_replicas;
     const struct Model *replica_of;  /* in a replica: the model whose params it reads */
     int backward_ready;         /* the last forward kept what model_backward reads (train != 0) */
+    int loss_ready;             /* the last forward had labels (model_loss_sum) */
 } Model;
 
 /* Allocates parameters (uninitialised), gradients and activations for batches of up to
@@ -83,8 +86,8 @@ void model_init_params(Model *m, uint64_t seed);
  * device: read the loss with model_loss_sum after model_backward. */
 void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
                    int B, int T, int train, uint64_t dropout_seed);
-/* The sum of the last forward's per-example losses (it must have had labels), also copied to
- * h_losses (B). Waits for the device. */
+/* The sum of the last forward's per-example losses, also copied to h_losses (B). Waits for
+ * the device. The forward must have had labels (else it aborts with a message). */
 double model_loss_sum(Model *m);
 /* Backward of the last forward (which must have had labels and train != 0; after a forward
  * with train = 0 it aborts with a message), accumulating into m->grads the gradient of

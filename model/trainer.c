@@ -672,7 +672,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                 uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
                 model_forward(&r.model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
                 model_backward(&r.model, 1.0f, seed);
-                loss_sum += model_loss_sum(&r.model);   /* the step's first wait for the device */
+                /* the first wait for the device after this batch's forward and backward are queued */
+                loss_sum += model_loss_sum(&r.model);
                 examples += b->B;
                 tokens_window += b->real_tokens;
                 profiled_tokens += b->real_tokens;

@@ -11,9 +11,10 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
                              int N, int IC, int OC, int act, REAL p_drop, uint64_t seed,
                              const REAL *residual);
 /* The post-op of n consecutive output elements on one thread, the first being element `first`
- * of the layer's output (the dropout counter): pre (n) = out when pre is not NULL; out =
- * act(out) (act < 0: none); dropout with p_drop (0: none); out += residual (n) when residual is
- * not NULL. The same values as act_forward, dropout_forward (offset 0) and the backend's add. */
+ * of the layer's (N, OC) output: pre (n) = out when pre is not NULL; out = act(out) (act < 0:
+ * none); dropout with p_drop (0: none), element i's counter first + i (dropout_forward with
+ * offset 0 over the whole output); out += residual (n) when residual is not NULL. The same
+ * values as act_forward, dropout_forward and the backend's add. */
 void FN(linear_post)(REAL *out, REAL *pre, const REAL *residual, size_t n, int act, REAL p_drop,
                      uint64_t seed, uint64_t first);
 void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,

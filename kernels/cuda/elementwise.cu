@@ -128,8 +128,9 @@ void mha_cu_dropout_backward(float *dinp, const float *dout, size_t n, float p, 
 /* The linear layer's epilogue on out (N, OC), which holds inp @ w^T: per element, the value
  * each separate kernel would store, in their order (add_bias_kernel, act_forward_kernel,
  * dropout_forward_kernel, add_kernel), so Backend.linear_forward_post is bit for bit
- * linear_forward + act_forward + dropout_forward + add. __fmul_rn: the dropout's product is
- * rounded before the residual is added, as when it was stored (no fused multiply-add). */
+ * linear_forward + act_forward + dropout_forward + add. __fmul_rn and __fadd_rn keep the
+ * compiler from fusing the dropout's product or the activation's last product with the
+ * residual add into one multiply-add: each is rounded first, as when it was stored. */
 __global__ void linear_epilogue_kernel(float *out, float *pre, const float *bias, size_t n, int OC,
                                        int act, float p, float inv_keep, uint64_t seed,
                                        const float *residual) {
@@ -140,7 +141,7 @@ __global__ void linear_epilogue_kernel(float *out, float *pre, const float *bias
         if (act == MHA_ACT_GELU) y = gelu(y);
         else if (act == MHA_ACT_RELU) y = y > 0.0f ? y : 0.0f;
         if (p > 0.0f) y = mha_rng_uniform(seed, i) >= p ? __fmul_rn(y, inv_keep) : 0.0f;
-        if (residual) y = residual[i] + y;
+        if (residual) y = __fadd_rn(residual[i], y);
         out[i] = y;
     }
 }

@@ -1,4 +1,5 @@
-/* kernels/cuda/gemm.cu: the linear layer on cuBLAS, bias add and bias gradient.
+/* kernels/cuda/gemm.cu: the linear layer on cuBLAS, bias add and bias gradient; the fused
+ * linear layer (Backend.linear_forward_post: the GEMM, then elementwise.cu's epilogue).
  *
  * Row-major trick: a row-major (R, S) matrix is the column-major (S, R) matrix with the same
  * memory, so row-major Y = X W^T becomes column-major Y^T = W^T(cm) X^T(cm):

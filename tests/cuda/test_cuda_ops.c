@@ -66,6 +66,8 @@ static void test_linear_post(const Backend *g, const char *tag, int N, int IC, i
         {MHA_ACT_GELU, 0.0f, 0, 1, 0},
         {-1, 0.0f, 1, 0, 1},            /* inference: res = x + linear */
         {MHA_ACT_GELU, 0.2f, 1, 1, 1},  /* everything */
+        {MHA_ACT_GELU, 0.0f, 1, 0, 1},  /* GELU's last product, then the residual (no FMA) */
+        {MHA_ACT_RELU, 0.2f, 1, 0, 0},
     };
     const size_t n = (size_t)N * OC;
     const uint64_t seed = 4242;

@@ -65,6 +65,7 @@ using std::max;
 using std::min;
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fmul_rn(float a, float b) { return a * b; }   /* a rounded product, never fused */
+static inline float __fadd_rn(float a, float b) { return a + b; }   /* a rounded sum, never fused */
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
