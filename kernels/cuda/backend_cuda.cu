@@ -166,8 +166,48 @@ static void cu_free(void *p) {
     CUDA_CHECK(cudaFree(p));
 }
 
+/* Small host-to-device copies (a batch's ids, lengths and labels) go through a ring of pinned
+ * staging buffers and cudaMemcpyAsync: to_device returns as soon as the source is copied into
+ * the ring (the caller may reuse it at once, as with cudaMemcpy), and the transfer runs in
+ * stream order before the kernels launched after it. A cudaMemcpy from pageable memory would
+ * first wait for every kernel already queued, so the device would sit idle while the host
+ * sets up the next step. Before a slot is reused, the host waits for the event recorded after
+ * its last transfer. Larger copies (parameters) and a failed pinned allocation fall back to
+ * cudaMemcpy. */
+#define MHA_STAGE_BYTES ((size_t)1 << 20)
+#define MHA_STAGE_SLOTS 4
+static struct {
+    void *host;           /* pinned, MHA_STAGE_BYTES; NULL until first used */
+    cudaEvent_t read;     /* recorded after the slot's last transfer */
+} g_stage[MHA_STAGE_SLOTS];
+static int g_stage_next = 0, g_stage_off = 0;
+static std::mutex g_stage_mutex;
+
+static bool staged_to_device(void *dst, const void *src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_stage_mutex);
+    if (bytes > MHA_STAGE_BYTES || g_stage_off) return false;
+    auto &s = g_stage[g_stage_next];
+    if (!s.host) {
+        if (cudaMallocHost(&s.host, MHA_STAGE_BYTES) != cudaSuccess) {
+            cudaGetLastError();   /* not sticky: plain cudaMemcpy from now on */
+            s.host = nullptr;
+            g_stage_off = 1;
+            return false;
+        }
+        CUDA_CHECK(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
+    } else {
+        CUDA_CHECK(cudaEventSynchronize(s.read));   /* its previous transfer is done */
+    }
+    memcpy(s.host, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, 0));
+    CUDA_CHECK(cudaEventRecord(s.read, 0));
+    g_stage_next = (g_stage_next + 1) % MHA_STAGE_SLOTS;
+    return true;
+}
+
 static void cu_to_device(void *dst, const void *src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    if (!bytes || staged_to_device(dst, src, bytes)) return;
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 static void cu_to_host(void *dst, const void *src, size_t bytes) {

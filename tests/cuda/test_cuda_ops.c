@@ -442,6 +442,32 @@ static void test_memory_ops(void) {
     gpu->free(NULL);
     free(h);
     free(back);
+
+    /* Small copies go through a ring of pinned staging buffers, asynchronously: 12 copies in a
+     * row (three times round the ring), each from the same host buffer rewritten at once,
+     * then one too large for the ring; every destination holds what was copied there. */
+    enum { COPIES = 12 };
+    const size_t small = 5000, large = (2u << 20) / 4 + 3;   /* floats */
+    float *src = malloc(large * 4), *got = malloc(large * 4);
+    float *dst[COPIES + 1];
+    for (int c = 0; c <= COPIES; c++) {
+        size_t len = c < COPIES ? small : large;
+        dst[c] = gpu->alloc(len * 4);
+        for (size_t i = 0; i < len; i++) src[i] = (float)(c * 100000 + (int)i);
+        gpu->to_device(dst[c], src, len * 4);
+    }
+    int bad = 0;
+    for (int c = 0; c <= COPIES; c++) {
+        size_t len = c < COPIES ? small : large;
+        gpu->to_host(got, dst[c], len * 4);
+        for (size_t i = 0; i < len; i++) bad += got[i] != (float)(c * 100000 + (int)i);
+        gpu->free(dst[c]);
+    }
+    n_checks++;
+    printf("%-4s %-64s %d wrong\n", bad ? "FAIL" : "ok", "memory: 12 staged copies in a row, then a large one", bad);
+    CHECK(bad == 0, "staged to_device copies: %d wrong elements", bad);
+    free(src);
+    free(got);
 }
 
 int main(void) {

@@ -95,6 +95,8 @@ enum cudaMemcpyKind {
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+enum { cudaEventDisableTiming = 2 };
 struct cudaDeviceProp {
     char name[256];
     int major, minor, multiProcessorCount;
@@ -192,6 +194,22 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMem
                                    cudaStream_t = nullptr) {
     return cudaMemcpy(dst, src, n, k);
 }
+/* Pinned host memory is host memory; events complete at once (everything here runs in order). */
+inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    static char dummy;
+    *e = (cudaEvent_t)(void *)&dummy;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = nullptr) {
     mha_emu::check_range(p, n, "cudaMemset");
     if (n) memset(p, v, n);
