@@ -299,7 +299,7 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
     be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
     be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
 
-    m->backward_ready = train != 0;
+    m->backward_ready = train && labels;
     m->loss_ready = labels != NULL;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
@@ -352,7 +352,7 @@ double model_loss_sum(Model *m) {
 
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
     if (!m->backward_ready) {
-        fprintf(stderr, "mha: internal error: model_backward after a forward pass with train = 0\n");
+        fprintf(stderr, "mha: internal error: model_backward after a forward pass with train = 0 or without labels\n");
         abort();
     }
     const Backend *be = m->be;

@@ -59,7 +59,7 @@ typedef struct Model {
     struct Model *replicas;     /* (n_replicas) forward-only replicas, freed with the model */
     int n_replicas;
     const struct Model *replica_of;  /* in a replica: the model whose params it reads */
-    int backward_ready;         /* the last forward kept what model_backward reads (train != 0) */
+    int backward_ready;         /* the last forward kept what model_backward reads (train, labels) */
     int loss_ready;             /* the last forward had labels (model_loss_sum) */
 } Model;
 

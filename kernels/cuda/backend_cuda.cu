@@ -194,7 +194,13 @@ static bool staged_to_device(void *dst, const void *src, size_t bytes) {
             g_stage_off = 1;
             return false;
         }
-        CUDA_CHECK(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
+        if (cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFreeHost(s.host);
+            s.host = nullptr;
+            g_stage_off = 1;
+            return false;
+        }
     } else {
         CUDA_CHECK(cudaEventSynchronize(s.read));   /* its previous transfer is done */
     }
@@ -202,6 +208,7 @@ static bool staged_to_device(void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, 0));
     CUDA_CHECK(cudaEventRecord(s.read, 0));
     g_stage_next = (g_stage_next + 1) % MHA_STAGE_SLOTS;
+    if (g_sync_each_launch) CUDA_CHECK(cudaDeviceSynchronize());   /* MHA_CUDA_SYNC=1: report here */
     return true;
 }
 

@@ -19,6 +19,10 @@
  *    allocation of exactly the launch's size, filled with NaN bytes, per launch.
  *  - Launch configurations are validated as the driver does (threads per block, grid limits,
  *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
+ *  - Copies from pinned host memory (cudaMallocHost) are deferred, as a GPU runs them
+ *    asynchronously: they happen at the next launch, GEMM, other copy, memset or
+ *    synchronisation, reading the pinned buffer then, so a host that rewrites one before
+ *    waiting for its copy (cudaEventSynchronize) sends the new contents, as it could on a GPU.
  *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns), filled with
  *    NaN bytes (a read of device memory nothing wrote shows), on a device of 1 GiB (more
  *    fails with cudaErrorMemoryAllocation, as on a full GPU); cuBLAS SGEMM
@@ -111,6 +115,26 @@ inline std::map<const void *, int> smem_optin;          /* kernel -> max dynamic
 constexpr int kOptinLimit = 232448;                     /* H100/H200: 227 KiB */
 constexpr size_t kStack = 256 * 1024;
 
+inline std::map<const void *, size_t> pinned;         /* cudaMallocHost allocations */
+struct PendingCopy {
+    void *dst;
+    const void *src;
+    size_t n;
+};
+inline std::vector<PendingCopy> pending;                /* copies from pinned memory, in order */
+
+inline bool is_pinned(const void *p) {
+    auto it = pinned.upper_bound(p);
+    if (it == pinned.begin()) return false;
+    --it;
+    return (const char *)p < (const char *)it->first + it->second;
+}
+/* Runs the deferred copies: called wherever the device would next use or return data. */
+inline void flush_copies(void) {
+    for (const PendingCopy &c : pending) memmove(c.dst, c.src, c.n);
+    pending.clear();
+}
+
 inline void fail(const char *what) {
     fprintf(stderr, "cuda_emu: %s\n", what);
     abort();
@@ -161,7 +185,10 @@ inline cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize(void) {
+    mha_emu::flush_copies();
+    return cudaSuccess;
+}
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (bytes > mha_emu::kDeviceBytes - mha_emu::live_bytes) return cudaErrorMemoryAllocation;
     *p = malloc(bytes ? bytes : 1);
@@ -176,6 +203,7 @@ inline cudaError_t cudaMalloc(void **p, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void *p) {
+    mha_emu::flush_copies();
     if (!p) return cudaSuccess;
     auto it = mha_emu::live.find(p);
     if (it == mha_emu::live.end()) mha_emu::fail("cudaFree of a pointer cudaMalloc did not return");
@@ -185,6 +213,7 @@ inline cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+    mha_emu::flush_copies();
     mha_emu::check_range(dst, n, "cudaMemcpy destination");
     mha_emu::check_range(src, n, "cudaMemcpy source");
     if (n) memmove(dst, src, n);
@@ -192,14 +221,22 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
                                    cudaStream_t = nullptr) {
-    return cudaMemcpy(dst, src, n, k);
+    if (!mha_emu::is_pinned(src)) return cudaMemcpy(dst, src, n, k);
+    mha_emu::check_range(dst, n, "cudaMemcpyAsync destination");
+    if (n) mha_emu::pending.push_back({dst, src, n});
+    return cudaSuccess;
 }
-/* Pinned host memory is host memory; events complete at once (everything here runs in order). */
+/* Pinned host memory: host memory whose copies to the device are deferred (see the head
+ * comment); waiting for an event runs every deferred copy. */
 inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p) return cudaErrorMemoryAllocation;
+    mha_emu::pinned[*p] = bytes ? bytes : 1;
+    return cudaSuccess;
 }
 inline cudaError_t cudaFreeHost(void *p) {
+    mha_emu::flush_copies();
+    mha_emu::pinned.erase(p);
     free(p);
     return cudaSuccess;
 }
@@ -209,8 +246,12 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    mha_emu::flush_copies();
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = nullptr) {
+    mha_emu::flush_copies();
     mha_emu::check_range(p, n, "cudaMemset");
     if (n) memset(p, v, n);
     return cudaSuccess;
@@ -556,6 +597,7 @@ struct MhaEmuLauncher {
         blockDim = block;
         /* the blocks in the order of MHA_EMU_ORDER (see there) */
         const size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+        mha_emu::flush_copies();
         mha_emu::begin_launch();
         const mha_emu::BlockOrder block_order(nblocks);
         for (size_t i = 0; i < nblocks; i++) {
@@ -606,6 +648,7 @@ namespace mha_emu {
 inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            float alpha, const float *A, int lda, const float *B, int ldb,
                            float beta, float *C, int ldc) {
+    flush_copies();
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return CUBLAS_STATUS_INVALID_VALUE;

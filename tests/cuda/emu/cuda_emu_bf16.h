@@ -60,6 +60,7 @@ template <class TA, class TB>
 inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               float alpha, const TA *A, int lda, const TB *B, int ldb, float beta,
                               float *C, int ldc) {
+    flush_copies();
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return CUBLAS_STATUS_INVALID_VALUE;

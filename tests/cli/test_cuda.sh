@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tests/cli/test_cuda.sh (suite cuda): both programs end to end on the GPU, on the tiny config
+# of lib.sh. Exit 77 (skipped) where train.device = "cuda" cannot run (no device visible, or a
+# build without CUDA). Checks:
+#  - training on cuda in fp32: its losses follow the cpu run's over the first 40 updates (the
+#    same batches and dropout masks; relative gap < 1e-3, as tests/cuda/test_cuda_model.c);
+#  - a cuda run stopped mid-epoch and resumed logs the uninterrupted cuda run's losses, bit for
+#    bit (the kernels are deterministic);
+#  - mha-predict --device cuda on the model trained there: the labels of --device cpu (at most
+#    2 of 120 lines may differ, near-ties) and their probabilities within 1e-4; --eval on cuda
+#    reports the cpu's accuracy;
+#  - training in bf16 on cuda finishes with no skipped update and a lower loss at the end.
+source "$(dirname "$0")/lib.sh" "$@"
+tiny_config "$TMP/c.json" "$TMP/cuda"
+probe=$("$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/probe" \
+          --max-steps 1 --quiet 2>&1 >/dev/null)
+rc=$?
+if [ $rc != 0 ] && grep -q 'train.device = "cuda" but' <<<"$probe"; then
+  echo "SKIP: $probe"
+  exit 77
+fi
+[ $rc = 0 ] || { fail "a 1-update run on cuda failed: $probe"; finish; }
+
+losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+
+# fp32 on cuda against the cpu
+"$TRAIN" --config "$TMP/c.json" --set train.device=cuda --quiet >/dev/null 2>"$TMP/cuda.err" \
+  || fail "training on cuda failed: $(tail -3 "$TMP/cuda.err")"
+"$TRAIN" --config "$TMP/c.json" --set train.device=cpu --set output.dir="$TMP/cpu" --quiet >/dev/null \
+  2>"$TMP/cpu.err" || fail "training on the cpu failed: $(tail -3 "$TMP/cpu.err")"
+gap=$(paste <(losses "$TMP/cuda" | head -40) <(losses "$TMP/cpu" | head -40) |
+      awk 'NF == 2 { n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d }
+           END { if (n == 40) printf "%.3g", w; else print "missing" }')
+[ "$gap" != missing ] && awk -v g="$gap" 'BEGIN { exit !(g < 1e-3) }' \
+  || fail "cuda losses leave the cpu run's over 40 updates: worst relative gap $gap"
+echo "fp32 cuda vs cpu, 40 updates: worst relative loss gap $gap"
+
+# stopped after 17 updates (mid-epoch) and resumed on cuda: the same losses, bit for bit
+"$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/part" --max-steps 17 \
+  --quiet >/dev/null 2>"$TMP/part.err" || fail "partial cuda run failed: $(tail -3 "$TMP/part.err")"
+"$TRAIN" --resume "$TMP/part/last.mha" --quiet >/dev/null 2>"$TMP/resume.err" \
+  || fail "resuming on cuda failed: $(tail -3 "$TMP/resume.err")"
+[ -n "$(losses "$TMP/cuda")" ] && [ "$(losses "$TMP/cuda")" = "$(losses "$TMP/part")" ] \
+  || fail "cuda losses after resuming at 17 differ: $(diff <(losses "$TMP/cuda") <(losses "$TMP/part") | head -4)"
+
+# prediction and evaluation on cuda against the cpu, with the model trained on cuda
+M=$TMP/cuda/model.mha
+"$PREDICT" --model "$M" --device cuda data/sample/test.tsv >"$TMP/p.cuda" 2>"$TMP/p.err" \
+  || fail "mha-predict --device cuda failed: $(tail -3 "$TMP/p.err")"
+"$PREDICT" --model "$M" --device cpu data/sample/test.tsv >"$TMP/p.cpu" 2>/dev/null \
+  || fail "mha-predict --device cpu failed"
+cmp_out=$(paste "$TMP/p.cuda" "$TMP/p.cpu" |
+          awk -F'\t' 'NF == 4 { n++; if ($1 != $3) flips++; else { d = $2 - $4; if (d < 0) d = -d; if (d > w) w = d } }
+                      END { printf "%d %d %.3g", n, flips, w }')
+read -r n flips worst <<<"$cmp_out"
+[ "$n" = 120 ] && [ "$flips" -le 2 ] && awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }' \
+  || fail "mha-predict cuda vs cpu: $n lines, $flips labels differ, probabilities differ by up to $worst"
+acc() { "$PREDICT" --model "$M" --device "$1" --eval data/sample/test.tsv 2>/dev/null | awk '/^accuracy/ { print $2 }'; }
+a_cuda=$(acc cuda)
+a_cpu=$(acc cpu)
+[ -n "$a_cuda" ] && awk -v a="$a_cuda" -v b="$a_cpu" 'BEGIN { d = a - b; exit !(d < 0.02 && d > -0.02) }' \
+  || fail "--eval accuracy on cuda '$a_cuda' vs cpu '$a_cpu'"
+echo "mha-predict cuda vs cpu: $flips of $n labels differ, probabilities within $worst; accuracy $a_cuda vs $a_cpu"
+
+# bf16 on cuda: finishes, nothing skipped, learns
+"$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set train.precision=bf16 \
+  --set output.dir="$TMP/bf16" --quiet >/dev/null 2>"$TMP/bf16.err" \
+  || fail "bf16 training on cuda failed: $(tail -3 "$TMP/bf16.err")"
+! grep -q '"skipped":true' "$TMP/bf16/metrics.jsonl" || fail "bf16 on cuda skipped updates (non-finite)"
+first=$(losses "$TMP/bf16" | head -5 | awk '{ s += $1 } END { print s / NR }')
+last=$(losses "$TMP/bf16" | tail -5 | awk '{ s += $1 } END { print s / NR }')
+awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f) }' \
+  || fail "bf16 on cuda did not lower the loss: first 5 updates $first, last 5 $last"
+finish
