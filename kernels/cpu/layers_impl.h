@@ -321,7 +321,6 @@ static MHA_CLONES void FN(relu_residual_range)(REAL *out, const REAL *residual, 
     }
 }
 
-
 static MHA_CLONES void FN(gelu_bwd_range)(REAL *dinp, const REAL *dout, const REAL *inp,
                                           size_t i0, size_t i1) {
     const REAL s = (REAL)0.70710678118654752440;   /* 1/sqrt(2) */
