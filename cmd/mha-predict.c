@@ -187,7 +187,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     d.dropout = d.attn_dropout = 0.0f;
     if (attention) d.fused_attention = 0;  /* only the materialising path keeps the weights */
     p->batch_size = batch_size;
-    if ((rc = model_create(&p->model, &d, be, batch_size, p->cfg.max_len, 0, 0, err))) return rc;
+    if ((rc = model_create_forward_only(&p->model, &d, be, batch_size, p->cfg.max_len, err))) return rc;
     if (p->ck.n_params != p->model.lay.total)
         return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);

@@ -36,12 +36,12 @@ static void *alloc_or_flag(Allocator *a, size_t bytes) {
 
 /* The forward pass's activations, for m->Bmax x m->Tmax (ids to h_losses). With
  * Backend.linear_forward_post the forward never writes attproj and fc2 (the projections go
- * straight into the residual sums), and fc1 only for the backward: a replica, which runs
- * forward passes without gradients only, goes without it. */
+ * straight into the residual sums), and fc1 only for the backward: a forward-only model
+ * (prediction, a replica) goes without it. */
 static void alloc_forward(Model *m, Allocator *A) {
     const ModelDims *d = &m->d;
     m->fused_linear = m->be->linear_forward_post != NULL;
-    const int fused = m->fused_linear, fused_only = fused && m->replica_of;
+    const int fused = m->fused_linear, fused_only = fused && m->forward_only;
     size_t N = (size_t)m->Bmax * m->Tmax, Bmax = (size_t)m->Bmax, C = d->C, F = d->F, K = d->K;
     size_t fl = sizeof(float), att_elems = Bmax * d->NH * m->Tmax * m->Tmax;
     m->ids = alloc_or_flag(A, N * sizeof(int32_t));
@@ -124,18 +124,19 @@ static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
                     m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax);
 }
 
-int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
-                 int decay_embeddings, int decay_norms, MhaError *err) {
+static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                  int decay_embeddings, int decay_norms, int forward_only, MhaError *err) {
     memset(m, 0, sizeof *m);
     m->d = *d;
     m->be = be;
     m->Bmax = Bmax;
     m->Tmax = Tmax;
+    m->forward_only = forward_only;
     param_layout_build(&m->lay, d, decay_embeddings, decay_norms);
     Allocator A = {be, 0, 0, 0};
     size_t C = d->C, fl = sizeof(float);
     m->params = alloc_or_flag(&A, m->lay.total * fl);
-    m->grads = alloc_or_flag(&A, m->lay.total * fl);
+    if (!forward_only) m->grads = alloc_or_flag(&A, m->lay.total * fl);
     if (!d->learned_pos) {
         m->pos_table = alloc_or_flag(&A, (size_t)d->P * C * fl);
         float *h = malloc((size_t)d->P * C * fl);
@@ -143,14 +144,24 @@ int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int 
         free(h);
     }
     alloc_forward(m, &A);
-    alloc_backward(m, &A);
+    if (!forward_only) alloc_backward(m, &A);
     if (A.failed) {
         int rc = out_of_memory(m, &A, err);
         model_destroy(m);
         return rc;
     }
-    be->zero(m->grads, m->lay.total * fl);
+    if (m->grads) be->zero(m->grads, m->lay.total * fl);
     return 0;
+}
+
+int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                 int decay_embeddings, int decay_norms, MhaError *err) {
+    return create(m, d, be, Bmax, Tmax, decay_embeddings, decay_norms, 0, err);
+}
+
+int model_create_forward_only(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                              MhaError *err) {
+    return create(m, d, be, Bmax, Tmax, 0, 0, 1, err);
 }
 
 /* One forward-only replica r of m (see model_replicas). */
@@ -161,6 +172,7 @@ static int replica_create(Model *r, const Model *m) {
     r->Bmax = m->Bmax;
     r->Tmax = m->Tmax;
     r->replica_of = m;
+    r->forward_only = 1;
     param_layout_build(&r->lay, &m->d, 0, 0);   /* the same offsets (decay flags aside) */
     r->params = m->params;
     r->pos_table = m->pos_table;
@@ -218,7 +230,9 @@ void model_init_params(Model *m, uint64_t seed) {
     free(h);
 }
 
-void model_zero_grads(Model *m) { m->be->zero(m->grads, m->lay.total * sizeof(float)); }
+void model_zero_grads(Model *m) {
+    if (m->grads) m->be->zero(m->grads, m->lay.total * sizeof(float));
+}
 
 /* The input of layer l: the embeddings, or the previous layer's output. */
 static const float *layer_input(const Model *m, int l) {
@@ -299,7 +313,7 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
     be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
     be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
 
-    m->backward_ready = train && labels;
+    m->backward_ready = train && labels && !m->forward_only;
     m->loss_ready = labels != NULL;
     for (int l = 0; l < d->L; l++) {
         LayerActs *a = &m->acts[l];
@@ -352,7 +366,8 @@ double model_loss_sum(Model *m) {
 
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
     if (!m->backward_ready) {
-        fprintf(stderr, "mha: internal error: model_backward after a forward pass with train = 0 or without labels\n");
+        fprintf(stderr, "mha: internal error: model_backward after a forward pass with train = 0 or without "
+                "labels, or of a forward-only model\n");
         abort();
     }
     const Backend *be = m->be;

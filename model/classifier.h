@@ -23,7 +23,7 @@ typedef struct {
                                        * (*) only when the model fuses its linear layers
                                        * (Model.fused_linear), else NULL: they go straight
                                        * into res1, res2;
-                                       * (**) NULL in replicas that fuse (no backward) */
+                                       * (**) NULL in forward-only models that fuse */
     float *res2;                      /* (N, C) second residual sum */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
 } LayerActs;
@@ -34,7 +34,7 @@ typedef struct Model {
     int fused_linear;       /* be has linear_forward_post: each linear layer is one call */
     ParamLayout lay;
     float *params;          /* (lay.total) */
-    float *grads;           /* (lay.total) */
+    float *grads;           /* (lay.total); NULL in a forward-only model */
     float *pos_table;       /* (P, C) sinusoidal table, or NULL with learned positions */
 
     /* activations, sized for Bmax x Tmax */
@@ -59,6 +59,7 @@ typedef struct Model {
     struct Model *replicas;     /* (n_replicas) forward-only replicas, freed with the model */
     int n_replicas;
     const struct Model *replica_of;  /* in a replica: the model whose params it reads */
+    int forward_only;           /* no gradients, no backward buffers (prediction, replicas) */
     int backward_ready;         /* the last forward kept what model_backward reads (train, labels) */
     int loss_ready;             /* the last forward had labels (model_loss_sum) */
 } Model;
@@ -68,6 +69,10 @@ typedef struct Model {
  * the bytes requested when the backend is out of memory. */
 int model_create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
                  int decay_embeddings, int decay_norms, MhaError *err);
+/* A model for forward passes only (prediction, evaluation): no gradients (grads NULL), no
+ * backward buffers, no fc1 on a fusing backend; model_backward aborts. */
+int model_create_forward_only(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
+                              MhaError *err);
 void model_destroy(Model *m);
 /* Grows m->replicas to n forward-only replicas of m, for threads running forward passes
  * at once (model/evaluate.c): each has its own activations (Bmax x Tmax) and reads m's

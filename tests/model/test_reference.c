@@ -166,6 +166,15 @@ static void run_fixture(const char *fx, int fused) {
     CHECK(memcmp(sep_logits, logits, (size_t)B * K * sizeof(float)) == 0,
           "%s: fused forward (train = 0) differs from the separate ops", name);
     model_destroy(&ms);
+    /* a forward-only model (mha-predict's): no gradients, the same logits */
+    CHECK(model_create_forward_only(&ms, &d, be, B, T, &err) == 0, "%s", err.msg);
+    load_params(&ms, cJSON_GetObjectItem(root, "params"), name);
+    model_forward(&ms, ids, lengths, labels, B, T, 0, 0);
+    be->to_host(sep_logits, ms.logits, (size_t)B * K * sizeof(float));
+    CHECK(ms.grads == NULL && ms.dx == NULL && ms.acts[0].fc1 == NULL &&
+          memcmp(sep_logits, logits, (size_t)B * K * sizeof(float)) == 0,
+          "%s: forward-only model: gradients allocated or other logits", name);
+    model_destroy(&ms);
     free(sep_logits), free(sep_g);
 
     /* 10 AdamW updates on the same batch */
