@@ -501,13 +501,8 @@ static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input
                                       "--threads", "--device", "--precision", "--json", "--attention", "--help"};
 #define N_VALUE_OPTIONS 9
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
-
 /* Index of name in OPTIONS, or -1. */
-static int option_index(const char *name) {
-    for (int k = 0; k < N_OPTIONS; k++)
-        if (!strcmp(name, OPTIONS[k])) return k;
-    return -1;
-}
+#define option_index(name) mha_name_index(name, OPTIONS, N_OPTIONS)
 
 /* Stores the value v of the value option `opt` (one of the first N_VALUE_OPTIONS). */
 static int set_value(Args *a, const char *opt, const char *v) {

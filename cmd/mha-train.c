@@ -49,13 +49,8 @@ static const char *const OPTIONS[] = {"--config", "--set", "--resume", "--max-st
                                       "--quiet", "--overwrite", "--profile", "--help"};
 #define N_VALUE_OPTIONS 4
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
-
 /* Index of name in OPTIONS, or -1. */
-static int option_index(const char *name) {
-    for (int k = 0; k < N_OPTIONS; k++)
-        if (!strcmp(name, OPTIONS[k])) return k;
-    return -1;
-}
+#define option_index(name) mha_name_index(name, OPTIONS, N_OPTIONS)
 
 static int unknown_option(const char *arg) {
     if (arg[0] != '-') return usage_error("unexpected argument '%s' (a config file is given as --config %s)", arg, arg);

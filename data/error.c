@@ -41,6 +41,12 @@ int mha_close_enough(int dist, const char *typed) {
     return dist <= limit;
 }
 
+int mha_name_index(const char *name, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
 const char *mha_did_you_mean(const char *typed, const char *const *names, int n) {
     int best = -1, best_d = 1 << 30;
     for (int i = 0; i < n; i++) {

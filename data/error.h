@@ -21,5 +21,7 @@ int mha_fail(MhaError *err, int code, const char *fmt, ...)
 int mha_edit_distance(const char *a, const char *b);
 int mha_close_enough(int dist, const char *typed);
 const char *mha_did_you_mean(const char *typed, const char *const *names, int n);
+/* Index of name in names[0..n) (exact match), or -1: the programs' option tables. */
+int mha_name_index(const char *name, const char *const *names, int n);
 
 #endif

@@ -1,6 +1,8 @@
 /* tests/model/test_config.c: config loading, --set overrides, validation messages,
- * path resolution, the shipped configs/ files and the to_json/from_json round trip. */
+ * path resolution, the shipped configs/ files and the to_json/from_json round trip; the
+ * name helpers of data/error.h that the programs' option parsing uses. */
 #include "model/config.h"
+#include "data/error.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -406,6 +408,19 @@ static void test_round_trip(void) {
     CHECK_MSG(e, "checkpoint config:1: invalid JSON");
 }
 
+/* mha_name_index: exact matches only; mha_did_you_mean: the nearest name when close enough. */
+static void test_name_helpers(void) {
+    static const char *const names[] = {"--model", "--top-k", "--eval", "--json"};
+    CHECK(mha_name_index("--eval", names, 4) == 2);
+    CHECK(mha_name_index("--model", names, 4) == 0 && mha_name_index("--json", names, 4) == 3);
+    /* a prefix, a longer name, the empty string, an empty table: no match */
+    CHECK(mha_name_index("--ev", names, 4) == -1 && mha_name_index("--evaluate", names, 4) == -1);
+    CHECK(mha_name_index("", names, 4) == -1 && mha_name_index("--eval", names, 0) == -1);
+    const char *near = mha_did_you_mean("--topk", names, 4);
+    CHECK(near && strcmp(near, "--top-k") == 0);
+    CHECK(mha_did_you_mean("--threads", names, 4) == NULL);
+}
+
 static void test_help(void) {
     FILE *f = tmpfile();
     CHECK(f != NULL);
@@ -433,6 +448,7 @@ int main(void) {
     test_invalid_json();
     test_round_trip();
     test_help();
+    test_name_helpers();
     char p[600];
     snprintf(p, sizeof p, "%s/sub/c.json", tmpdir);
     remove(p);
