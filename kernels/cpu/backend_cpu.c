@@ -166,7 +166,7 @@ const Backend *mha_cpu_backend_bf16(int threads, char *why, size_t why_len) {
     table.linear_backward = mha_linear_backward_bf16;
     table.attention_forward_math = mha_attention_forward_math_bf16;
     table.attention_backward_math = mha_attention_backward_math_bf16;
-    table.attention_forward_fused = mha_attention_forward_fused_bf16;
+    table.attention_forward_fused = mha_attention_forward_packed_bf16;
     table.attention_backward_fused = mha_attention_backward_fused_bf16;
     return &table;
 }

@@ -243,17 +243,17 @@ static void pack_a(uint16_t *dst, const float *a, int lda, int trans_a, int M, i
 
 /* ------------------------------------------------------------------ micro-kernels */
 
-/* c (mr x nr, stride ldc) = start + a (MR rows of kp2 pairs, row stride 2 kp2) @ b (kp2, NR, 2);
+/* c (mr x nr, stride ldc) = start + a (MR rows of kp2 pairs, row stride 2 as2) @ b (kp2, NR, 2);
  * start = c when add; otherwise bias (nr) broadcast, or zeros when bias is NULL. */
-static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
-                            int add, const float *bias) {
+static void kernel_portable(const uint16_t *a, int as2, const uint16_t *b, int kp2, float *c, int ldc,
+                            int mr, int nr, int add, const float *bias) {
     float acc[MHA_BF16_MR][MHA_BF16_NR];
     memset(acc, 0, sizeof acc);
     for (int kk = 0; kk < kp2; kk++) {
         const uint16_t *bk = b + (size_t)kk * 2 * MHA_BF16_NR;
         for (int m = 0; m < mr; m++) {
-            float a0 = mha_bf16_to_float(a[(size_t)m * 2 * kp2 + 2 * kk]);
-            float a1 = mha_bf16_to_float(a[(size_t)m * 2 * kp2 + 2 * kk + 1]);
+            float a0 = mha_bf16_to_float(a[(size_t)m * 2 * as2 + 2 * kk]);
+            float a1 = mha_bf16_to_float(a[(size_t)m * 2 * as2 + 2 * kk + 1]);
             for (int j = 0; j < MHA_BF16_NR; j++) {
                 /* products of two bf16 are exact in fp32: one rounding per addition */
                 acc[m][j] += a1 * mha_bf16_to_float(bk[2 * j + 1]);
@@ -269,8 +269,8 @@ static void kernel_portable(const uint16_t *a, const uint16_t *b, int kp2, float
 }
 
 #ifdef MHA_CPU_X86
-FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp2, float *c, int ldc, int mr, int nr,
-                                    int add, const float *bias) {
+FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *b, int kp2, float *c, int ldc,
+                                    int mr, int nr, int add, const float *bias) {
     __m512 acc0[MHA_BF16_MR], acc1[MHA_BF16_MR];
 #pragma GCC unroll 8
     for (int m = 0; m < MHA_BF16_MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
@@ -280,7 +280,7 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, const uint16_t *b, int kp
 #pragma GCC unroll 8
         for (int m = 0; m < MHA_BF16_MR; m++) {
             int32_t pair;
-            memcpy(&pair, a + (size_t)m * 2 * kp2 + 2 * kk, sizeof pair);
+            memcpy(&pair, a + (size_t)m * 2 * as2 + 2 * kk, sizeof pair);
             __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
             acc0[m] = _mm512_dpbf16_ps(acc0[m], av, b0);
             acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
@@ -342,17 +342,48 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
                 float *cp = c + (size_t)m0 * ldc + n0;
 #ifdef MHA_CPU_X86
                 if (fast) {
-                    kernel_fast(ap, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
+                    kernel_fast(ap, kl / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
                     continue;
                 }
 #endif
                 (void)fast;
-                kernel_portable(ap, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
+                kernel_portable(ap, kl / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
             }
         }
     }
     if (a_row_sums)
         for (int m = 0; m < M; m++) a_row_sums[m] += (float)sums[m];
+}
+
+void mha_bf16_gemm_packed_a(int M, int N, int K, const uint16_t *a, int a_stride,
+                            const uint16_t *packed_b, int b_rows, float *c, int ldc, int accumulate) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    const int kp = (K + 1) & ~1;
+    const size_t panel = (size_t)((b_rows + 1) & ~1) * MHA_BF16_NR;   /* elements per panel of B */
+    const int np = mha_bf16_panels(N);
+    const int fast = mha_bf16_fast();
+    /* the depth blocks of mha_bf16_gemm, so that both give the same sums */
+    for (int k0 = 0; k0 < kp; k0 += MHA_BF16_KC) {
+        const int kl = kp - k0 < MHA_BF16_KC ? kp - k0 : MHA_BF16_KC;
+        const int add = accumulate || k0 > 0;
+        for (int p = 0; p < np; p++) {
+            const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
+            const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+            for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
+                const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
+                const uint16_t *ap = a + (size_t)m0 * a_stride + k0;
+                float *cp = c + (size_t)m0 * ldc + n0;
+#ifdef MHA_CPU_X86
+                if (fast) {
+                    kernel_fast(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, NULL);
+                    continue;
+                }
+#endif
+                (void)fast;
+                kernel_portable(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, NULL);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ cblas-like entry */

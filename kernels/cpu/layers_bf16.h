@@ -22,6 +22,10 @@ void mha_attention_backward_math_bf16(float *dqkv, float *datt, const float *dou
                                       int causal, float p_drop, uint64_t seed);
 void mha_attention_forward_fused_bf16(float *out, float *lse, const float *qkv, const int32_t *lengths,
                                       int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed);
+/* The fused forward with K, V and the probabilities packed once (attention_bf16.c): the same
+ * function as mha_attention_forward_fused_bf16, bit for bit; the backend table's entry. */
+void mha_attention_forward_packed_bf16(float *out, float *lse, const float *qkv, const int32_t *lengths,
+                                       int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed);
 void mha_attention_backward_fused_bf16(float *dqkv, const float *dout, const float *out, const float *qkv,
                                        const float *lse, const int32_t *lengths, int B, int T, int C, int NH,
                                        int causal, float p_drop, uint64_t seed);

@@ -34,6 +34,13 @@
 static int rows_force_portable;
 void mha_rows_force_portable(int on) { rows_force_portable = on; }
 #define MHA_ROWS_FAST() (!rows_force_portable && mha_cpu_avx512())
+int mha_rows_fast(void) {
+#ifdef MHA_ROWS_AVX512
+    return MHA_ROWS_FAST();
+#else
+    return 0;
+#endif
+}
 #include "kernels/cpu/layers_impl.h"
 
 /* The attention again, its products in bf16 (mha_sgemm_bf16): mha_attention_*_bf16, used by

@@ -14,5 +14,7 @@
 /* on = 1 runs the portable softmax rows even where the AVX-512 rows (rows_avx512.h) could
  * run, so that tests compare the two on one machine; 0 (the default) picks by CPU. */
 void mha_rows_force_portable(int on);
+/* 1 when the AVX-512 softmax rows run (the CPU has them and they are not forced off). */
+int mha_rows_fast(void);
 
 #endif

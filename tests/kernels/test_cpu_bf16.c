@@ -21,6 +21,7 @@
  *     table with bf16 = 1 and the linear and attention entries replaced.
  *  5. the attention with bf16 products (math and fused, padding, causal, dropout) against
  *     the double kernels, within bf16 rounding (see test_attention).
+ *  6. the backend's fused forward (attention_bf16.c) bit for bit against the generic one.
  *
  * Error: normwise, max|c - ref| / max|ref|. Bound for a product of depth K (see tol_k): the
  * products of two bf16 are exact in fp32, so the only rounding is in the ~K fp32 additions
@@ -481,7 +482,7 @@ static void test_backend(void) {
            bb->linear_forward_post == mha_linear_forward_post_bf16 &&
            bb->attention_forward_math == mha_attention_forward_math_bf16 &&
            bb->attention_backward_math == mha_attention_backward_math_bf16 &&
-           bb->attention_forward_fused == mha_attention_forward_fused_bf16 &&
+           bb->attention_forward_fused == mha_attention_forward_packed_bf16 &&
            bb->attention_backward_fused == mha_attention_backward_fused_bf16);
     /* everything else is the fp32 table's: the name and every pointer from alloc on, with the
      * seven product entries blanked in copies (no padding after alloc: all pointers) */
@@ -615,6 +616,53 @@ static void test_attention(void) {
     free(qkv), free(dout), free(qkvd), free(doutd);
 }
 
+/* 6. mha_attention_forward_packed_bf16 (the backend's fused forward: K, V and the
+ * probabilities packed once) against the generic fused forward it replaces: the same bits of
+ * out and lse, on shapes that reach every branch: several query blocks, depth blocks of the
+ * second product (L > MHA_BF16_KC), odd lengths, odd and wide heads (V in one, two or a
+ * partial panel), lengths 0 and 1, causal, T odd; and with dropout (handed to the generic
+ * path). Outputs start as NaN, so a row it leaves unwritten fails. */
+static void test_attention_packed(void) {
+    if (!have_fast) {
+        printf("%-58s skipped (no AVX512_BF16)\n", "attention bf16 packed forward");
+        return;
+    }
+    static const struct { int B, T, NH, HS; int32_t len[4]; } cases[] = {
+        {4, 64, 4, 32, {64, 57, 1, 0}},
+        {3, 131, 2, 32, {131, 66, 65, 0}},
+        {2, 300, 2, 32, {300, 257, 0, 0}},
+        {3, 45, 3, 15, {45, 44, 2, 0}},
+        {2, 97, 1, 64, {97, 33, 0, 0}},
+        {2, 70, 2, 40, {70, 69, 0, 0}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, C = NH * cases[ci].HS;
+        const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+        float *qkv = test_malloc(nqkv * sizeof *qkv);
+        for (size_t i = 0; i < nqkv; i++) qkv[i] = 3.0f * gen();
+        for (int variant = 0; variant < 3; variant++) {
+            const int causal = variant == 1;
+            const float p = variant == 2 ? 0.2f : 0.0f;
+            float *o1 = test_malloc(nout * sizeof *o1), *o2 = test_malloc(nout * sizeof *o2);
+            float *l1 = test_malloc(nlse * sizeof *l1), *l2 = test_malloc(nlse * sizeof *l2);
+            for (size_t i = 0; i < nout; i++) o1[i] = o2[i] = u2f(0x7fc00000u);
+            for (size_t i = 0; i < nlse; i++) l1[i] = l2[i] = u2f(0x7fc00000u);
+            mha_attention_forward_fused_bf16(o1, l1, qkv, cases[ci].len, B, T, C, NH, causal, p, 5);
+            mha_attention_forward_packed_bf16(o2, l2, qkv, cases[ci].len, B, T, C, NH, causal, p, 5);
+            int nan = 0;
+            for (size_t i = 0; i < nout; i++) nan |= o2[i] != o2[i];
+            for (size_t i = 0; i < nlse; i++) nan |= l2[i] != l2[i];
+            char what[96];
+            snprintf(what, sizeof what, "attention bf16 packed = generic: B%d T%d NH%d HS%d%s%s", B, T, NH,
+                     cases[ci].HS, causal ? " causal" : "", p > 0 ? " dropout" : "");
+            test_expect(what, !nan && memcmp(o1, o2, nout * sizeof *o1) == 0 &&
+                                  memcmp(l1, l2, nlse * sizeof *l1) == 0);
+            free(o1), free(o2), free(l1), free(l2);
+        }
+        free(qkv);
+    }
+}
+
 int main(void) {
     mha_bf16_force_portable(0);
     have_fast = mha_bf16_fast();
@@ -630,6 +678,7 @@ int main(void) {
         mha_rows_force_portable(rows_portable);
         printf("softmax rows: %s\n", rows_portable ? "portable" : "AVX-512 where the CPU has it");
         test_attention();
+        test_attention_packed();
     }
     mha_rows_force_portable(0);
     test_backend();
