@@ -210,12 +210,15 @@ FAST_TARGET static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb
     const int kp2 = (K + 1) / 2;
     for (int kk0 = 0; kk0 < kp2; kk0 += 16) {
         const int kn = kp2 - kk0 < 16 ? kp2 - kk0 : 16;
-        uint32_t t[MHA_BF16_NR][16];                /* (n, kk) */
-        for (int j = 0; j < MHA_BF16_NR; j++)
-            _mm512_storeu_si512((void *)t[j], j < nr ? pairs_of_row(b + (size_t)(n0 + j) * ldb + 2 * kk0, K - 2 * kk0)
-                                                     : _mm512_setzero_si512());
-        for (int kk = 0; kk < kn; kk++)
-            for (int j = 0; j < MHA_BF16_NR; j++) d32[(size_t)(kk0 + kk) * MHA_BF16_NR + j] = t[j][kk];
+        for (int h = 0; h < MHA_BF16_NR; h += 16) {
+            __m512i t[16];                          /* row j: column n0 + h + j's 16 pair dwords */
+            for (int j = 0; j < 16; j++)
+                t[j] = h + j < nr ? pairs_of_row(b + (size_t)(n0 + h + j) * ldb + 2 * kk0, K - 2 * kk0)
+                                  : _mm512_setzero_si512();
+            transpose16(t);                         /* now t[kk]: the 16 columns' dwords at kk */
+            for (int kk = 0; kk < kn; kk++)
+                _mm512_store_si512((void *)(d32 + (size_t)(kk0 + kk) * MHA_BF16_NR + h), t[kk]);
+        }
     }
 }
 #endif
