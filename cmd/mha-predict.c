@@ -48,7 +48,9 @@ static void usage(FILE *f) {
             "  --eval FILE        evaluate a labelled file (- for standard input): accuracy,\n"
             "                     macro-F1, per-class, confusion\n"
             "  --json             with --eval: one JSON object instead of the text report\n"
-            "  --batch-size N     examples per forward pass (default 64)\n"
+            "  --batch-size N     examples per forward pass at most (default 64); on the cpu a\n"
+            "                     batch also stays under about 1 MiB of activations (512\n"
+            "                     tokens at d_model 128, d_ff 512), which keeps it in cache\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --device D         cpu, cuda or auto (default cpu)\n"
             "  --precision P      fp32, bf16 or int8; default: the model's train.precision.\n"
@@ -192,6 +194,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
+    evaluate_set_max_tokens(evaluate_cpu_max_tokens(&p->model));   /* on the cpu: batches that fit in cache */
     config_read_options(&p->cfg, &p->ro);
     p->ro.format = FORMAT_AUTO;     /* main sets --input-format's */
     p->ro.tok.replace_invalid = 1;  /* never stops on a bad byte: counted and said on stderr */

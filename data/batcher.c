@@ -70,7 +70,22 @@ void batcher_start_epoch(Batcher *b, int epoch, int shuffle, int start_batch) {
     } else if (b->bucket && n > 0) {
         sort_by_length(b, b->order, n);
     }
-    for (int k = 0; k < nb; k++) b->batch_start[k] = k * bs;
+    if (!shuffle && b->bucket && b->max_tokens > 0) {
+        /* ascending lengths: a batch's T is its last example's; add examples while the
+         * padded size stays within the budget */
+        nb = 0;
+        for (int i = 0; i < n;) {
+            b->batch_start[nb++] = i;
+            int cnt = 1;
+            while (i + cnt < n && cnt < bs &&
+                   (long)(cnt + 1) * batcher_example_length(b, b->order[i + cnt]) <= b->max_tokens)
+                cnt++;
+            i += cnt;
+        }
+        b->n_batches = nb;
+    } else {
+        for (int k = 0; k < nb; k++) b->batch_start[k] = k * bs;
+    }
     b->batch_start[nb] = n;
     if (start_batch < 0) start_batch = 0;
     b->pos = start_batch < nb ? start_batch : nb;
@@ -93,7 +108,7 @@ int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int
     size_t n = (size_t)ds->n, nb = n ? (n - 1) / (size_t)batch_size + 1 : 0;
     size_t cells = (size_t)batch_size * (size_t)max_len;
     b->order = malloc((n + 1) * sizeof *b->order);
-    b->batch_start = malloc((nb + 1) * sizeof *b->batch_start);
+    b->batch_start = malloc((n + 1) * sizeof *b->batch_start);   /* up to n batches (max_tokens) */
     b->keys = malloc((n + 1) * sizeof *b->keys);
     b->tmp = malloc((n + nb + 1) * sizeof *b->tmp);
     b->batch.ids = malloc(cells * sizeof *b->batch.ids);
@@ -133,6 +148,8 @@ static int fill_example(const Batcher *b, int i, int32_t *dst) {
     }
     return k;
 }
+
+void batcher_set_max_tokens(Batcher *b, long max_tokens) { b->max_tokens = max_tokens > 0 ? max_tokens : 0; }
 
 const Batch *batcher_next(Batcher *b) {
     if (b->pos >= b->n_batches) return NULL;

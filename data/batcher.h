@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     const Dataset *ds;
     int batch_size, max_len, truncate, add_cls, bucket;
+    long max_tokens;            /* evaluation order: cap on B x T per batch (0: none) */
     uint64_t seed;
     int epoch, pos, n_batches;  /* data-order state: epoch and next batch within it */
     int32_t *order;             /* (n) example order for this epoch, grouped into batches */
@@ -47,6 +48,12 @@ int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int
  * shuffle, no bucket: shuffled examples cut into batches in order.
  * no shuffle: sorted by length (ties by index) when bucketing, else in file order. */
 void batcher_start_epoch(Batcher *b, int epoch, int shuffle, int start_batch);
+/* Evaluation order only (batcher_start_epoch with shuffle = 0 and bucketing): cut the sorted
+ * examples into batches of at most batch_size examples whose padded size B x T stays within
+ * max_tokens (a batch holds at least one example, however long); 0 (the default) cuts every
+ * batch_size examples. Takes effect at the next batcher_start_epoch. Smaller batches of long
+ * texts keep a CPU forward pass's activations in cache. */
+void batcher_set_max_tokens(Batcher *b, long max_tokens);
 /* Next batch of the epoch, or NULL at its end. The Batch is owned by the batcher. */
 const Batch *batcher_next(Batcher *b);
 /* Example length after truncation (and [CLS]). */

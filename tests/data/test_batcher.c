@@ -173,6 +173,54 @@ static void test_padding_and_eval(const Dataset *d) {
     batcher_free(&br);
 }
 
+/* batcher_set_max_tokens: evaluation batches within B x T <= cap (one long example alone may
+ * exceed it), at most batch_size examples, the same sorted order as without the cap, each
+ * batch as full as the cap allows (the next example would break it); training epochs and a
+ * cap of 0 keep batch_size cuts. */
+static void test_max_tokens(const Dataset *d) {
+    const int n = d->n, caps[3] = {300, 1000, 2500};
+    Batcher b;
+    int32_t *a = malloc((size_t)n * sizeof *a), *ref = malloc((size_t)n * sizeof *ref);
+    batcher_init(&b, d, 32, 128, TRUNC_HEAD, 0, 1, 1);
+    const int nb_plain = run_epoch(&b, 0, 0, 0, ref);
+    for (int ci = 0; ci < 3; ci++) {
+        const long cap = caps[ci];
+        batcher_set_max_tokens(&b, cap);
+        const int nb = run_epoch(&b, 0, 0, 0, a);
+        int over = 0, big = 0, not_full = 0, count = 0;
+        const Batch *bt;
+        batcher_start_epoch(&b, 0, 0, 0);
+        while ((bt = batcher_next(&b)) != NULL) {
+            count++;
+            over += bt->B > 1 && (long)bt->B * bt->T > cap;
+            big += bt->B > 32;
+            /* the next batch's first example would have fitted here: not greedy */
+            const int at = b.batch_start[b.pos];
+            if (b.pos < b.n_batches && bt->B < 32) {
+                int next_len = batcher_example_length(&b, b.order[at]);
+                not_full += (long)(bt->B + 1) * next_len <= cap;
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "max_tokens %ld: %d batches (%d without), B x T within it, greedy", cap,
+                 nb, nb_plain);
+        CHECK(count == nb && over == 0 && big == 0 && not_full == 0 && nb > nb_plain,
+              "%s (over %d, more than 32 %d, not full %d)", what, over, big, not_full);
+        printf("%s\n", what);
+        CHECK(memcmp(a, ref, (size_t)n * sizeof *a) == 0 && once_each(a, n),
+              "max_tokens %ld: the same sorted order", cap);
+    }
+    /* shuffled (training) epochs ignore it; 0 removes it */
+    const int nb_train = run_epoch(&b, 1, 1, 0, a);
+    CHECK(nb_train == (n + 31) / 32, "max_tokens: a training epoch still has %d batches of 32 (%d)",
+          (n + 31) / 32, nb_train);
+    batcher_set_max_tokens(&b, 0);
+    CHECK(run_epoch(&b, 0, 0, 0, a) == nb_plain, "max_tokens 0: batches of batch_size again");
+    batcher_free(&b);
+    free(a);
+    free(ref);
+}
+
 static void test_truncation(const Dataset *d) {
     /* example 1 has len_of(1) tokens; make sure it is long */
     int i = 1;
@@ -240,6 +288,7 @@ int main(void) {
     make_dataset(&d, 5003);
     test_epochs(&d);
     test_padding_and_eval(&d);
+    test_max_tokens(&d);
     test_truncation(&d);
     test_edges(&d);
     dataset_free(&d);

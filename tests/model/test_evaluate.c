@@ -7,6 +7,8 @@
  *    bits too (the fp32 linear layer's row blocks are aligned to 96 rows for this: OpenBLAS
  *    gives other bits for the rows of a partial 24-row tile, see layers_impl.h);
  *  - after the parameters change, the workers run the new ones (replicas read the model's);
+ *  - the same with batches capped at 400 tokens (evaluate_set_max_tokens, as mha-predict
+ *    caps them on the CPU);
  *  - the mechanism: with workers, every op is called from a worker at nesting level 1 with
  *    omp_get_max_threads() == 1, its own parallel regions get one thread even where nesting
  *    is allowed, at least two workers run, and the caller's thread count is unchanged. */
@@ -120,19 +122,22 @@ static void test_same_bits(int precision, int variant) {
     }
     Dataset ds;
     random_dataset(&ds, 11 + (uint64_t)variant);
-    char what[96];
-    for (int round = 0; round < 2; round++) {
-        model_init_params(&m, 5 + (uint64_t)round);   /* round 1: the replicas must follow */
+    char what[128];
+    for (int round = 0; round < 3; round++) {
+        model_init_params(&m, 5 + (uint64_t)(round & 1));   /* round 1: the replicas must follow */
+        evaluate_set_max_tokens(round == 2 ? 400 : 0);      /* round 2: batches of at most 400 tokens */
         Run ref, r;
         run(&m, &ds, precision, 1, 0, &ref);
         const int workers[3] = {1, 2, 3};
         for (int i = 0; i < 3; i++) {
             run(&m, &ds, precision, THREADS, workers[i], &r);
-            snprintf(what, sizeof what, "%s, %s, params %d, %d threads, %d worker(s)", precision_name[precision],
-                     variant ? "post-LN math max" : "pre-LN fused mean", round, THREADS, workers[i]);
+            snprintf(what, sizeof what, "%s, %s, params %d, %d threads, %d worker(s)%s", precision_name[precision],
+                     variant ? "post-LN math max" : "pre-LN fused mean", round & 1, THREADS, workers[i],
+                     round == 2 ? ", at most 400 tokens a batch" : "");
             check_same(&r, &ref, what);
             run_free(&r);
         }
+        evaluate_set_max_tokens(0);
         if (round == 0)
             printf("%s %s: accuracy %.4f, loss %.6f: the same bits with 1 thread and with 2 and 3 workers%s\n",
                    precision_name[precision], variant ? "post-LN/math/max " : "pre-LN/fused/mean",
