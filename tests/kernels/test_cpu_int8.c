@@ -45,6 +45,8 @@
  *  3. mha_linear_forward_int8 (both paths, 1 and 2 OpenMP threads, 300x96x160 above
  *     MHA_GEMM_PAR_MIN and 13x40x24 below it, with and without bias): bit-identical to
  *     mha_i8_pack_w + mha_i8_gemm called directly, 1T == 2T, fast == portable.
+ *     The weights packed by an earlier call are reused only while their bytes are unchanged
+ *     (3b: changed in place, another shape at the same address, more matrices than entries).
  *  4. mha_cpu_backend_int8: NULL with a reason exactly when mha_i8_fast() is 0 (also after
  *     mha_i8_force_portable(1)); else int8 = 1, linear_forward = mha_linear_forward_int8, the
  *     rest the bf16 table's (the fp32 table's when the bf16 one is NULL, also forced).
@@ -712,6 +714,55 @@ static void test_linear(int N, int IC, int OC) {
     free(inp), free(w), free(bias);
 }
 
+/* 3b. The calling thread's cache of packed weights (linear_int8.c): a product always equals
+ * pack_w + gemm on the weights as they are at the call: after the same buffer's bytes change
+ * (one weight made its row's largest, so the row's scale changes), under the same address with
+ * another shape, and with more weight matrices than the cache has entries (each used twice,
+ * interleaved, so entries are replaced while in use). */
+static void test_linear_cache(void) {
+    enum { N = 13, IC = 40, OC = 24, MANY = 40 };
+    const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *inp = test_malloc((size_t)N * IC * 4), *w = test_malloc(nw * 4);
+    float *out = test_malloc(no * 4), *before = test_malloc(no * 4), *ref = test_malloc(no * 4);
+    uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(OC > IC ? OC : IC, OC > IC ? OC : IC));
+    uint8_t *scratch = test_aligned(mha_i8_scratch_bytes(N, OC > IC ? OC : IC));
+    for (size_t i = 0; i < (size_t)N * IC; i++) inp[i] = gen();
+    for (size_t i = 0; i < nw; i++) w[i] = 0.1f * gen();
+    omp_set_num_threads(1);
+    /* ref (N, oc) = inp (N, ic) @ wt^T through pack_w + gemm */
+#define DIRECT(wt, ic, oc)                                                        \
+    do {                                                                          \
+        mha_i8_pack_w(packed, wt, ic, oc, ic, 0, mha_i8_panels(oc));              \
+        mha_i8_gemm(N, oc, ic, inp, ic, packed, NULL, ref, oc, scratch);          \
+    } while (0)
+    mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);   /* from the cache */
+    DIRECT(w, IC, OC);
+    int ok_same = memcmp(out, ref, no * 4) == 0 && memcmp(before, ref, no * 4) == 0;
+    w[5 * IC + 7] = 1.0f;                                     /* row 5's new largest */
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
+    DIRECT(w, IC, OC);
+    int ok_changed = memcmp(out, ref, no * 4) == 0 && memcmp(out, before, no * 4) != 0;
+    mha_linear_forward_int8(out, inp, w, NULL, N, OC, IC > OC ? OC : IC);   /* (24, 24) view */
+    DIRECT(w, OC, IC > OC ? OC : IC);
+    int ok_shape = memcmp(out, ref, (size_t)N * (IC > OC ? OC : IC) * 4) == 0;
+    float *many = test_malloc((size_t)MANY * nw * 4);
+    for (size_t i = 0; i < (size_t)MANY * nw; i++) many[i] = 0.1f * gen();
+    int ok_many = 1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < MANY; k++) {
+            mha_linear_forward_int8(out, inp, many + (size_t)k * nw, NULL, N, IC, OC);
+            DIRECT(many + (size_t)k * nw, IC, OC);
+            ok_many &= memcmp(out, ref, no * 4) == 0;
+        }
+#undef DIRECT
+    test_expect("linear cache: the same weights twice == pack_w + gemm", ok_same);
+    test_expect("linear cache: changed bytes at the same address repacked", ok_changed);
+    test_expect("linear cache: the same address with another shape", ok_shape);
+    test_expect("linear cache: 40 weight matrices used twice, interleaved", ok_many);
+    free(inp), free(w), free(out), free(before), free(ref), free(packed), free(scratch), free(many);
+}
+
 /* ============================== 4. backend table ============================== */
 
 /* t equals base except int8 = 1 and the linear forward entries (the int8 ones) */
@@ -773,6 +824,7 @@ int main(void) {
     test_linear(13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
     test_linear(300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
     test_linear(13, 40, 24);     /* again, after the buffers grew */
+    test_linear_cache();
     test_backend();
     if (test_failures) {
         printf("%d checks FAILED\n", test_failures);
