@@ -48,9 +48,11 @@ static void usage(FILE *f) {
             "  --eval FILE        evaluate a labelled file (- for standard input): accuracy,\n"
             "                     macro-F1, per-class, confusion\n"
             "  --json             with --eval: one JSON object instead of the text report\n"
-            "  --batch-size N     examples per forward pass at most (default 64); on the cpu a\n"
-            "                     batch also stays under about 1 MiB of activations (512\n"
-            "                     tokens at d_model 128, d_ff 512), which keeps it in cache\n"
+            "  --batch-size N     examples per forward pass at most (default 64)\n"
+            "  --batch-tokens N   padded tokens per forward pass at most (0: no cap). Default on\n"
+            "                     the cpu: about 1 MiB of the widest activation, at least 256\n"
+            "                     (512 tokens at d_model 128, d_ff 512), which keeps each\n"
+            "                     thread's pass in its cache; other devices: no cap\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --device D         cpu, cuda or auto (default cpu)\n"
             "  --precision P      fp32, bf16 or int8; default: the model's train.precision.\n"
@@ -194,7 +196,6 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
-    evaluate_set_max_tokens(evaluate_cpu_max_tokens(&p->model));   /* on the cpu: batches that fit in cache */
     config_read_options(&p->cfg, &p->ro);
     p->ro.format = FORMAT_AUTO;     /* main sets --input-format's */
     p->ro.tok.replace_invalid = 1;  /* never stops on a bad byte: counted and said on stderr */
@@ -495,14 +496,15 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
 /* The command line, as parsed. */
 typedef struct {
     const char *model, *input, *eval, *format, *device, *precision, *input_format;
-    int top_k, json, batch_size, threads, attention, help;
+    int top_k, json, batch_size, batch_tokens, threads, attention, help;   /* batch_tokens -1: automatic */
     const char *prediction_option;   /* an option that only predictions take */
 } Args;
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
 static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval", "--batch-size",
-                                      "--threads", "--device", "--precision", "--json", "--attention", "--help"};
-#define N_VALUE_OPTIONS 9
+                                      "--batch-tokens", "--threads", "--device", "--precision", "--json",
+                                      "--attention", "--help"};
+#define N_VALUE_OPTIONS 10
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 /* Index of name in OPTIONS, or -1. */
 #define option_index(name) mha_name_index(name, OPTIONS, N_OPTIONS)
@@ -521,6 +523,8 @@ static int set_value(Args *a, const char *opt, const char *v) {
     }
     else if (!strcmp(opt, "--batch-size") && parse_int(v, 1, &a->batch_size))
         return usage_error("--batch-size '%s': expected a positive integer", v);
+    else if (!strcmp(opt, "--batch-tokens") && parse_int(v, 0, &a->batch_tokens))
+        return usage_error("--batch-tokens '%s': expected a non-negative integer (0: no cap)", v);
     else if (!strcmp(opt, "--threads") && parse_int(v, 0, &a->threads))
         return usage_error("--threads '%s': expected a non-negative integer", v);
     return 0;
@@ -558,6 +562,7 @@ static int parse_args(Args *a, int argc, char **argv) {
     a->input_format = "auto";
     a->top_k = 1;
     a->batch_size = 64;
+    a->batch_tokens = -1;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int rc = 0;
@@ -611,6 +616,10 @@ int main(int argc, char **argv) {
     MhaError err = {0};
     rc = load_predictor(&p, a.model, a.batch_size, a.threads, a.device, a.precision, a.attention, &err);
     p.ro.format = input_format;   /* auto: each input's own format, whatever the training file's was */
+    if (rc == 0)   /* on the cpu by default: batches that keep a thread's forward pass in its cache */
+        evaluate_set_max_tokens(a.batch_tokens >= 0 ? a.batch_tokens
+                                : strcmp(p.model.be->name, "cpu") == 0 ? evaluate_cpu_max_tokens(p.model.d.C, p.model.d.F)
+                                                                        : 0);
     if (rc == 0)
         rc = a.eval ? run_eval(&p, a.eval, a.json, &err)
                     : run_predict(&p, a.input, a.top_k, !strcmp(a.format, "jsonl"), &err);

@@ -27,10 +27,10 @@ typedef struct {
     uint64_t seed;
     int epoch, pos, n_batches;  /* data-order state: epoch and next batch within it */
     int32_t *order;             /* (n) example order for this epoch, grouped into batches */
-    int32_t *batch_start;       /* (n_batches+1) */
+    int32_t *batch_start;       /* (n_batches+1), room for n + 1 (max_tokens cuts) */
     Batch batch;                /* buffers reused by batcher_next */
     uint64_t *keys;             /* (n) scratch: sort keys while laying out an epoch */
-    int32_t *tmp;               /* (n + n_batches) scratch */
+    int32_t *tmp;               /* (n + ceil(n / batch_size) + 1) scratch of shuffled epochs */
 } Batcher;
 
 /* add_cls: prepend [CLS] (counts toward max_len). bucket = 0: random batches.

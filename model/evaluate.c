@@ -22,22 +22,24 @@ static int max_workers;          /* evaluate_set_workers; 0: one per OpenMP thre
 
 void evaluate_set_workers(int n) { max_workers = n > 0 ? n : 0; }
 
-/* evaluate_cpu_max_tokens: a batch's widest activation (B x T rows of max(3C, F) floats: the
- * fused qkv or the feed-forward's hidden layer) kept to about this many bytes, so that a
- * worker's forward pass works in its core's cache instead of streaming every activation
- * through memory. Measured with mha-predict on 2 cores (d_model 128, d_ff 512): 1 MiB was the
- * fastest of 0.5, 1, 2 and 4 MiB, 12-25% faster than batches of 64 texts. */
-enum { CPU_BATCH_ACTIVATION_BYTES = 1 << 20 };
+/* evaluate_cpu_max_tokens: a batch's widest per-token activation (B x T rows of max(3C, F)
+ * floats: the fused qkv or the feed-forward's hidden layer; the materialising attention's
+ * (B, NH, T, T) scores are not counted) kept to about this many bytes, so that a worker's
+ * forward pass works in its core's cache instead of streaming every activation through
+ * memory. Measured with mha-predict on 2 cores (d_model 128, d_ff 512), in a build that read
+ * the size from the environment: 1 MiB was the fastest of 0.5, 1, 2 and 4 MiB, 12-25% faster
+ * than batches of 64 texts. At least CPU_BATCH_MIN_TOKENS, so that wide models still batch
+ * several texts (the bf16 linear layer packs its weights at every call). */
+enum { CPU_BATCH_ACTIVATION_BYTES = 1 << 20, CPU_BATCH_MIN_TOKENS = 256 };
 
 static long max_tokens;          /* evaluate_set_max_tokens; 0: batches of batch_size */
 
 void evaluate_set_max_tokens(long n) { max_tokens = n > 0 ? n : 0; }
 
-long evaluate_cpu_max_tokens(const Model *m) {
-    if (strcmp(m->be->name, "cpu") != 0) return 0;
-    const long width = 3L * m->d.C > m->d.F ? 3L * m->d.C : m->d.F;
+long evaluate_cpu_max_tokens(int d_model, int d_ff) {
+    const long width = 3L * d_model > d_ff ? 3L * d_model : (d_ff > 1 ? d_ff : 1);
     const long rows = CPU_BATCH_ACTIVATION_BYTES / (width * (long)sizeof(float));
-    return rows > 1 ? rows : 1;
+    return rows > CPU_BATCH_MIN_TOKENS ? rows : CPU_BATCH_MIN_TOKENS;
 }
 
 static void forward_batch(Model *m, const Batch *b, int with_labels) {
@@ -168,7 +170,9 @@ static void run_batches(Model *m, const Dataset *ds, int batch_size, int max_len
                         int add_cls, int with_labels, int reads_model, ExampleSink sink, void *ctx) {
     Batcher bt;
     if (batcher_init(&bt, ds, batch_size, max_len, truncate, add_cls, 1, 0) != 0) return;
-    batcher_set_max_tokens(&bt, max_tokens);
+    /* a sink that reads the model runs one batch at a time with ops on all threads, where
+     * whole batches are faster: no cap there */
+    batcher_set_max_tokens(&bt, reads_model ? 0 : max_tokens);
     batcher_start_epoch(&bt, 0, 0, 0);
     int W = reads_model ? 1 : worker_count(m, bt.n_batches);
     if (W <= 1 || run_parallel(m, &bt, W, with_labels, sink, ctx) != 0) {

@@ -16,13 +16,16 @@
 void evaluate_set_workers(int n);
 
 /* Batches are cut from the length-sorted examples, at most batch_size examples each; n > 0
- * also caps their padded size B x T at n tokens (a batch holds one example at least); 0, the
- * default, removes the cap. */
+ * also caps their padded size B x T at n tokens (a batch holds one example at least), except
+ * for predict_dataset with an `extra` sink (one batch at a time); 0, the default, removes the
+ * cap. Process-wide, like evaluate_set_workers: it holds for every later call. */
 void evaluate_set_max_tokens(long n);
-/* The cap that keeps a CPU forward pass's activations in cache (about 1 MiB for the widest:
- * 512 tokens at d_model 128, d_ff 512); 0 for other backends. mha-predict uses it; mha-train's
- * evaluation (one batch at a time, ops on all threads) is faster with whole batches. */
-long evaluate_cpu_max_tokens(const Model *m);
+/* The cap that keeps a CPU forward pass's activations in cache, for a model of width d_model
+ * and feed-forward width d_ff: about 1 MiB of the widest per-token activation (512 tokens at
+ * d_model 128, d_ff 512), 256 tokens at least. mha-predict uses it on the CPU; mha-train's evaluation
+ * (one batch at a time, ops on all threads) is faster with whole batches and leaves the cap
+ * at 0. */
+long evaluate_cpu_max_tokens(int d_model, int d_ff);
 
 /* Called for every example after its batch's forward pass: row is its row in batch b
  * (b->index[row] is its dataset index), probs its K class probabilities. m is the model;

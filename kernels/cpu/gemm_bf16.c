@@ -211,6 +211,11 @@ FAST_TARGET static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb
     for (int kk0 = 0; kk0 < kp2; kk0 += 16) {
         const int kn = kp2 - kk0 < 16 ? kp2 - kk0 : 16;
         for (int h = 0; h < MHA_BF16_NR; h += 16) {
+            if (h >= nr) {                          /* columns past N: zeros, nothing to transpose */
+                for (int kk = 0; kk < kn; kk++)
+                    _mm512_store_si512((void *)(d32 + (size_t)(kk0 + kk) * MHA_BF16_NR + h), _mm512_setzero_si512());
+                continue;
+            }
             __m512i t[16];                          /* row j: column n0 + h + j's 16 pair dwords */
             for (int j = 0; j < 16; j++)
                 t[j] = h + j < nr ? pairs_of_row(b + (size_t)(n0 + h + j) * ldb + 2 * kk0, K - 2 * kk0)

@@ -62,8 +62,8 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
                    const uint16_t *packed_b, float *c, int ldc, int accumulate, const float *bias,
                    float *a_row_sums, uint16_t *scratch);
 
-/* mha_bf16_gemm with A already in bf16: C (M, N) (row stride ldc) (+= when accumulate) A (M, K)
- * @ B. a holds rows of a_stride bf16 (even, >= K rounded up to even), A(m, k) = a[m a_stride + k];
+/* mha_bf16_gemm with A already in bf16: C (M, N) (row stride ldc) = A (M, K) @ B, or C += A @ B
+ * when accumulate. a holds rows of a_stride bf16 (even, >= K rounded up to even), A(m, k) = a[m a_stride + k];
  * rows up to M rounded up to MHA_BF16_MR are read (their products are not stored) and column K
  * of an odd K must hold zero. packed_b was packed by mha_bf16_pack_b for b_rows >= K rows
  * (only its first K are used; the row after an odd K is multiplied by that zero). The same

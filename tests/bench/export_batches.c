@@ -3,7 +3,7 @@
  * exactly the same order. Built for scripts/bench-train and scripts/bench-predict; not a test.
  *
  * usage: export_batches --config FILE [--set key=value ...] --out FILE.bin
- *                       [--padded] [--predict TEXTFILE [--batch-size N] [--chunk N]]
+ *                       [--padded] [--predict TEXTFILE [--batch-size N] [--batch-tokens N] [--chunk N]]
  *
  * Training export (default): the data is read with the project's data/ API exactly as
  * mha-train reads it (dataset_load_train for the training file: vocabulary and labels;
@@ -18,9 +18,12 @@
  *
  * --predict TEXTFILE: only the batches mha-predict forms for TEXTFILE (one text per line):
  * chunks of --chunk lines (default 2048, CHUNK_LINES of cmd/mha-predict.c), each chunk
- * bucketed and not shuffled in batches of --batch-size (default 64, mha-predict's default),
- * the vocabulary built from the config's training file. With --padded: file order, padded
- * to max_len.
+ * bucketed and not shuffled in batches of --batch-size (default 64, mha-predict's default)
+ * and, with --batch-tokens N, at most N padded tokens (mha-predict on the CPU caps its batches
+ * at evaluate_cpu_max_tokens; the default here is no cap, as PyTorch's eager forward, with
+ * its per-op overhead, is faster on whole batches: docs/benchmarks.md), the vocabulary built
+ * from the config's training file.
+ * With --padded: file order, padded to max_len, no token cap.
  *
  * A FILE.bin.json beside the output holds the resolved config (config_to_json).
  *
@@ -123,6 +126,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL, *out_path = NULL, *predict_path = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0, padded = 0, pred_batch = 64, chunk = 2048;
+    long pred_tokens = 0;    /* --batch-tokens; 0: no cap */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -133,6 +137,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--out") && more) out_path = argv[++i];
         else if (!strcmp(a, "--predict") && more) predict_path = argv[++i];
         else if (!strcmp(a, "--batch-size") && more) pred_batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--batch-tokens") && more) pred_tokens = atol(argv[++i]);
         else if (!strcmp(a, "--chunk") && more) chunk = atoi(argv[++i]);
         else { usage(stderr); return 2; }
     }
@@ -217,27 +222,30 @@ int main(int argc, char **argv) {
     } else {
         /* mha-predict: chunks of `chunk` lines, each evaluated like model/evaluate.c does */
         int nb_total = 0;
-        for (int s = 0; s < pred.n; s += chunk) {
-            int m = pred.n - s < chunk ? pred.n - s : chunk;
-            nb_total += (m - 1) / pred_batch + 1;
+        for (int pass = 0; pass < 2; pass++) {   /* count the batches, then write them */
+            if (pass) section_header(&w, KIND_PREDICT, 0, nb_total, pred.n);
+            for (int s = 0; s < pred.n; s += chunk) {
+                Dataset view = pred;  /* a shallow window: offsets index the shared ids */
+                view.n = pred.n - s < chunk ? pred.n - s : chunk;
+                view.labels = pred.labels + s;
+                view.offsets = pred.offsets + s;
+                view.line_no = pred.line_no + s;
+                Batcher bt;
+                if (batcher_init(&bt, &view, pred_batch, cfg.max_len, truncate, add_cls, padded ? 0 : 1, 0) != 0)
+                    die("batcher_init failed (predict)");
+                batcher_set_max_tokens(&bt, padded ? 0 : pred_tokens);
+                batcher_start_epoch(&bt, 0, 0, 0);
+                if (!pass) {
+                    nb_total += bt.n_batches;
+                } else {
+                    const Batch *b;
+                    while ((b = batcher_next(&bt)) != NULL) write_batch(&w, b);
+                }
+                batcher_free(&bt);
+            }
         }
-        section_header(&w, KIND_PREDICT, 0, nb_total, pred.n);
-        for (int s = 0; s < pred.n; s += chunk) {
-            Dataset view = pred;  /* a shallow window: offsets index the shared ids */
-            view.n = pred.n - s < chunk ? pred.n - s : chunk;
-            view.labels = pred.labels + s;
-            view.offsets = pred.offsets + s;
-            view.line_no = pred.line_no + s;
-            Batcher bt;
-            if (batcher_init(&bt, &view, pred_batch, cfg.max_len, truncate, add_cls, padded ? 0 : 1, 0) != 0)
-                die("batcher_init failed (predict)");
-            batcher_start_epoch(&bt, 0, 0, 0);
-            const Batch *b;
-            while ((b = batcher_next(&bt)) != NULL) write_batch(&w, b);
-            batcher_free(&bt);
-        }
-        fprintf(stderr, "export_batches: predict %d lines, %d batches of <= %d, %ld real tokens, padding %.1f%%\n",
-                pred.n, nb_total, pred_batch, w.real_tokens,
+        fprintf(stderr, "export_batches: predict %d lines, %d batches of <= %d lines and <= %ld tokens, "
+                "%ld real tokens, padding %.1f%%\n", pred.n, nb_total, pred_batch, padded ? 0L : pred_tokens, w.real_tokens,
                 w.positions ? 100.0 * (1.0 - (double)w.real_tokens / (double)w.positions) : 0.0);
     }
     if (w.sections != n_sections) die("internal error: section count");

@@ -3,7 +3,7 @@
 # training-format input (label ignored, the format detected from the input whatever the
 # model was trained on, with a note; --input-format to force it), empty lines, invalid UTF-8
 # and over-long lines (said on stderr, counts in the singular too), --eval --json keys,
-# --eval - (stdin), --name=value spellings, options that do not go together.
+# --eval - (stdin), --name=value spellings, --batch-tokens, options that do not go together.
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
@@ -88,8 +88,16 @@ cmp -s <(cat data/sample/dev.tsv | "$PREDICT" --model "$M" --eval - --json) <("$
 expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the training set" "$PREDICT" --model "$M" --eval - \
   < <(head -1 data/sample/dev.tsv; printf 'xx\t干净\n')
 # --name=value for every value option; flags take no value
-"$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
-  && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
+"$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --batch-tokens=100 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
+  && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --batch-tokens 100 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
+# --batch-tokens cuts batches only: the same labels with no cap, a tiny one and the default
+# (a probability may move in its last printed digit with its batch, as with --batch-size)
+for bt in 0 1 37; do
+  "$PREDICT" --model "$M" --batch-tokens $bt "$TMP/plain.txt" >"$TMP/pbt" || fail "--batch-tokens $bt failed"
+  cmp -s <(cut -f1 "$TMP/pbt") <(cut -f1 "$TMP/p1") || fail "--batch-tokens $bt changed labels"
+done
+expect_exit 2 "--batch-tokens '-5': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens -5
+expect_exit 2 "--batch-tokens 'x': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens=x
 cmp -s <("$PREDICT" --model "$M" --eval=data/sample/dev.tsv --input-format=tsv --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
   || fail "--eval=FILE differs from --eval FILE"
 expect_exit 2 "--json takes no value \(got '--json=1'" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --json=1

@@ -22,6 +22,7 @@
  *  5. the attention with bf16 products (math and fused, padding, causal, dropout) against
  *     the double kernels, within bf16 rounding (see test_attention).
  *  6. the backend's fused forward (attention_bf16.c) bit for bit against the generic one.
+ *  7. mha_bf16_gemm_packed_a (its second product) bit for bit against mha_bf16_gemm.
  *
  * Error: normwise, max|c - ref| / max|ref|. Bound for a product of depth K (see tol_k): the
  * products of two bf16 are exact in fp32, so the only rounding is in the ~K fp32 additions
@@ -616,6 +617,52 @@ static void test_attention(void) {
     free(qkv), free(dout), free(qkvd), free(doutd);
 }
 
+/* 7. mha_bf16_gemm_packed_a against mha_bf16_gemm on the same (rounded) A, bit for bit: fast and
+ * portable kernels, accumulate on and off (C starts as random values), odd K (A's column K
+ * zero), K over MHA_BF16_KC (two depth blocks), B packed for more rows than K (b_rows > K: its
+ * rows past K real values, multiplied by A's zero column or not reached), a_stride wider than
+ * K, M not a multiple of 8 (A's rows up to the micro-tile zero), N over one panel. */
+static void test_gemm_packed_a(void) {
+    static const struct { int M, N, K, b_rows, extra; } cases[] = {
+        {13, 32, 32, 32, 0}, {8, 40, 7, 9, 2}, {21, 70, 300, 300, 0}, {5, 16, 257, 260, 4}, {1, 33, 1, 5, 0},
+    };
+    for (int portable = 0; portable < 2; portable++) {
+        if (!portable && !have_fast) {
+            skipped("gemm_packed_a fast");
+            continue;
+        }
+        mha_bf16_force_portable(portable);
+        int ok = 1;
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const int M = cases[ci].M, N = cases[ci].N, K = cases[ci].K, BR = cases[ci].b_rows;
+            const int stride = ((K + 1) & ~1) + 2 * cases[ci].extra, Mp = (M + 7) / 8 * 8;
+            float *a = test_malloc((size_t)M * K * sizeof *a), *b = test_malloc((size_t)BR * N * sizeof *b);
+            for (size_t i = 0; i < (size_t)M * K; i++) a[i] = gen();
+            for (size_t i = 0; i < (size_t)BR * N; i++) b[i] = gen();
+            uint16_t *pa = u16_aligned((size_t)Mp * stride), *pb_k = u16_aligned(mha_bf16_packed_b_elems(K, N));
+            uint16_t *pb_r = u16_aligned(mha_bf16_packed_b_elems(BR, N)), *scr = u16_aligned(mha_bf16_scratch_elems(M));
+            memset(pa, 0, (size_t)Mp * stride * sizeof *pa);
+            for (int m = 0; m < M; m++)
+                for (int k = 0; k < K; k++) pa[(size_t)m * stride + k] = mha_bf16_round(a[(size_t)m * K + k]);
+            mha_bf16_pack_b(pb_k, b, N, 0, K, N, 0, mha_bf16_panels(N));    /* B (K, N): rows [0, K) */
+            mha_bf16_pack_b(pb_r, b, N, 0, BR, N, 0, mha_bf16_panels(N));   /* the same, packed for BR rows */
+            for (int acc = 0; acc < 2; acc++) {
+                float *c1 = test_malloc((size_t)M * N * sizeof *c1), *c2 = test_malloc((size_t)M * N * sizeof *c2);
+                for (size_t i = 0; i < (size_t)M * N; i++) c1[i] = c2[i] = acc ? gen() : u2f(0x7fc00000u);
+                mha_bf16_gemm(M, N, K, a, K, 0, pb_k, c1, N, acc, NULL, NULL, scr);
+                mha_bf16_gemm_packed_a(M, N, K, pa, stride, pb_r, BR, c2, N, acc);
+                ok &= memcmp(c1, c2, (size_t)M * N * sizeof *c1) == 0;
+                free(c1), free(c2);
+            }
+            free(a), free(b), free(pa), free(pb_k), free(pb_r), free(scr);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gemm_packed_a %s == mha_bf16_gemm (5 shapes, +=, =)", portable ? "portable" : "fast");
+        test_expect(what, ok);
+    }
+    mha_bf16_force_portable(0);
+}
+
 /* 6. mha_attention_forward_packed_bf16 (the backend's fused forward: K, V and the
  * probabilities packed once) against the generic fused forward it replaces: the same bits of
  * out and lse, on shapes that reach every branch: several query blocks, depth blocks of the
@@ -627,6 +674,9 @@ static void test_attention_packed(void) {
         printf("%-58s skipped (no AVX512_BF16)\n", "attention bf16 packed forward");
         return;
     }
+    /* with AVX512_BF16 the AVX-512 rows are there too: the packed path really runs (dropout,
+     * and the portable rows, go to the generic one: those cases check the hand-over) */
+    test_expect("attention bf16 packed: its fast path is available", mha_rows_fast());
     static const struct { int B, T, NH, HS; int32_t len[4]; } cases[] = {
         {4, 64, 4, 32, {64, 57, 1, 0}},
         {3, 131, 2, 32, {131, 66, 65, 0}},
@@ -654,7 +704,7 @@ static void test_attention_packed(void) {
             for (size_t i = 0; i < nlse; i++) nan |= l2[i] != l2[i];
             char what[96];
             snprintf(what, sizeof what, "attention bf16 packed = generic: B%d T%d NH%d HS%d%s%s", B, T, NH,
-                     cases[ci].HS, causal ? " causal" : "", p > 0 ? " dropout" : "");
+                     cases[ci].HS, causal ? " causal" : "", p > 0 ? " dropout (generic)" : "");
             test_expect(what, !nan && memcmp(o1, o2, nout * sizeof *o1) == 0 &&
                                   memcmp(l1, l2, nlse * sizeof *l1) == 0);
             free(o1), free(o2), free(l1), free(l2);
@@ -678,8 +728,10 @@ int main(void) {
         mha_rows_force_portable(rows_portable);
         printf("softmax rows: %s\n", rows_portable ? "portable" : "AVX-512 where the CPU has it");
         test_attention();
-        test_attention_packed();
     }
+    mha_rows_force_portable(0);
+    test_attention_packed();
+    test_gemm_packed_a();
     mha_rows_force_portable(0);
     test_backend();
     if (test_failures) {

@@ -8,7 +8,8 @@
  *    gives other bits for the rows of a partial 24-row tile, see layers_impl.h);
  *  - after the parameters change, the workers run the new ones (replicas read the model's);
  *  - the same with batches capped at 400 tokens (evaluate_set_max_tokens, as mha-predict
- *    caps them on the CPU);
+ *    caps them on the CPU); the cap reaches the batches (a spy on the pooling op), except
+ *    for a sink that reads the model; evaluate_cpu_max_tokens' values;
  *  - the mechanism: with workers, every op is called from a worker at nesting level 1 with
  *    omp_get_max_threads() == 1, its own parallel regions get one thread even where nesting
  *    is allowed, at least two workers run, and the caller's thread count is unchanged. */
@@ -154,6 +155,7 @@ static void test_same_bits(int precision, int variant) {
 
 static const Backend *spied;
 static int spy_calls, spy_nested, spy_max_threads, spy_team, spy_workers_mask;
+static long spy_max_bt;   /* the largest B x T of a batch of two or more examples */
 
 static void spy_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,
                              int B, int T, int C, int mode) {
@@ -172,6 +174,7 @@ static void spy_pool_forward(float *out, int32_t *argmax, const float *inp, cons
         if (max_threads > spy_max_threads) spy_max_threads = max_threads;
         if (team > spy_team) spy_team = team;
         if (worker < 30) spy_workers_mask |= 1 << worker;
+        if (B > 1 && (long)B * T > spy_max_bt) spy_max_bt = (long)B * T;
     }
     spied->pool_forward(out, argmax, inp, lengths, B, T, C, mode);
 }
@@ -213,6 +216,55 @@ static void test_workers_run_single_threaded_ops(void) {
     dataset_free(&ds);
 }
 
+/* evaluate_set_max_tokens reaches the batches: with a cap of 400 tokens no batch of two or
+ * more examples is larger and there are more forward passes than batches of BATCH; a sink
+ * that reads the model (one batch at a time) gets whole batches. evaluate_cpu_max_tokens:
+ * 512 tokens at d_model 128, d_ff 512 (1 MiB of the 512-wide hidden layer), the 256 floor for
+ * a wide model. */
+static void noop_sink(void *ctx, const Model *m, const Batch *b, int row, const float *probs, float loss) {
+    (void)ctx, (void)m, (void)b, (void)row, (void)probs, (void)loss;
+}
+
+static void test_token_cap(void) {
+    Backend spy = *mha_cpu_backend(THREADS);
+    spied = mha_cpu_backend(THREADS);
+    spy.pool_forward = spy_pool_forward;
+    Config c;
+    small_config(&c, 0);
+    ModelDims d;
+    model_dims_from_config(&d, &c, V, K);
+    Model m;
+    MhaError err;
+    if (model_create(&m, &d, &spy, BATCH, MAX_LEN, 0, 0, &err) != 0) {
+        CHECK(0, "model_create: %s", err.msg);
+        return;
+    }
+    model_init_params(&m, 5);
+    Dataset ds;
+    random_dataset(&ds, 11);
+    float *probs = malloc((size_t)N_EX * K * sizeof *probs);
+    const int whole = (N_EX + BATCH - 1) / BATCH;
+    evaluate_set_max_tokens(400);
+    spy_calls = 0, spy_max_bt = 0;
+    predict_dataset(&m, &ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, probs, NULL, NULL);
+    CHECK(spy_calls > whole && spy_max_bt > 0 && spy_max_bt <= 400,
+          "cap 400: %d forward passes (%d without a cap), largest batch %ld tokens", spy_calls, whole, spy_max_bt);
+    printf("cap 400 tokens: %d forward passes instead of %d, the largest batch %ld tokens\n", spy_calls, whole,
+           spy_max_bt);
+    spy_calls = 0, spy_max_bt = 0;
+    predict_dataset(&m, &ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, probs, noop_sink, NULL);
+    CHECK(spy_calls == whole && spy_max_bt > 400, "a sink reading the model: %d forward passes (%d expected), "
+          "largest batch %ld tokens", spy_calls, whole, spy_max_bt);
+    evaluate_set_max_tokens(0);
+    CHECK(evaluate_cpu_max_tokens(128, 512) == 512 && evaluate_cpu_max_tokens(1024, 4096) == 256 &&
+              evaluate_cpu_max_tokens(64, 128) == 1365,
+          "evaluate_cpu_max_tokens: %ld, %ld, %ld (512, 256, 1365 expected)", evaluate_cpu_max_tokens(128, 512),
+          evaluate_cpu_max_tokens(1024, 4096), evaluate_cpu_max_tokens(64, 128));
+    free(probs);
+    model_destroy(&m);
+    dataset_free(&ds);
+}
+
 int main(void) {
     for (int precision = FP32; precision < PRECISIONS; precision++) {
         char why[160] = "";
@@ -223,5 +275,6 @@ int main(void) {
         for (int variant = 0; variant < 2; variant++) test_same_bits(precision, variant);
     }
     test_workers_run_single_threaded_ops();
+    test_token_cap();
     return test_finish("test_evaluate");
 }
