@@ -312,6 +312,32 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *
 }
 #endif
 
+/* One depth block [k0, k0 + kl) of C (M, N) (+)= A @ B: a points at A's row 0, column k0 in
+ * bf16, rows a_stride apart (rows up to M rounded up to MHA_BF16_MR readable); packed_b's
+ * panels hold `panel` elements each. add: C += the block, else C = bias (or 0) + the block. */
+static void depth_block(int M, int N, const uint16_t *a, int a_stride, const uint16_t *packed_b, size_t panel,
+                        int k0, int kl, float *c, int ldc, int add, const float *bias) {
+    const int np = mha_bf16_panels(N), fast = mha_bf16_fast();
+    for (int p = 0; p < np; p++) {
+        const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
+        const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+        const float *bias_p = !add && bias ? bias + n0 : NULL;
+        for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
+            const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
+            const uint16_t *ap = a + (size_t)m0 * a_stride;
+            float *cp = c + (size_t)m0 * ldc + n0;
+#ifdef MHA_CPU_X86
+            if (fast) {
+                kernel_fast(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
+                continue;
+            }
+#endif
+            (void)fast;
+            kernel_portable(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ the product */
 
 void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
@@ -326,8 +352,6 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
     }
     const int kp = (K + 1) & ~1;
     const size_t panel = (size_t)kp * MHA_BF16_NR;          /* elements per panel of B */
-    const int np = mha_bf16_panels(N);
-    const int fast = mha_bf16_fast();
     const int mp = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
     double *sums = NULL;                                     /* (Mp) at the start of scratch */
     uint16_t *ap_all = scratch;
@@ -340,24 +364,7 @@ void mha_bf16_gemm(int M, int N, int K, const float *a, int lda, int trans_a,
         const int kl = kp - k0 < MHA_BF16_KC ? kp - k0 : MHA_BF16_KC;
         const int add = accumulate || k0 > 0;                /* the first depth block sets C */
         pack_a(ap_all, a, lda, trans_a, M, K, k0, kl, sums); /* (Mp, kl) */
-        for (int p = 0; p < np; p++) {
-            const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
-            const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
-            const float *bias_p = !add && bias ? bias + n0 : NULL;
-            for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
-                const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
-                const uint16_t *ap = ap_all + (size_t)m0 * kl;
-                float *cp = c + (size_t)m0 * ldc + n0;
-#ifdef MHA_CPU_X86
-                if (fast) {
-                    kernel_fast(ap, kl / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
-                    continue;
-                }
-#endif
-                (void)fast;
-                kernel_portable(ap, kl / 2, bp, kl / 2, cp, ldc, mr, nr, add, bias_p);
-            }
-        }
+        depth_block(M, N, ap_all, kl, packed_b, panel, k0, kl, c, ldc, add, bias);
     }
     if (a_row_sums)
         for (int m = 0; m < M; m++) a_row_sums[m] += (float)sums[m];
@@ -368,29 +375,10 @@ void mha_bf16_gemm_packed_a(int M, int N, int K, const uint16_t *a, int a_stride
     if (M <= 0 || N <= 0 || K <= 0) return;
     const int kp = (K + 1) & ~1;
     const size_t panel = (size_t)((b_rows + 1) & ~1) * MHA_BF16_NR;   /* elements per panel of B */
-    const int np = mha_bf16_panels(N);
-    const int fast = mha_bf16_fast();
     /* the depth blocks of mha_bf16_gemm, so that both give the same sums */
     for (int k0 = 0; k0 < kp; k0 += MHA_BF16_KC) {
         const int kl = kp - k0 < MHA_BF16_KC ? kp - k0 : MHA_BF16_KC;
-        const int add = accumulate || k0 > 0;
-        for (int p = 0; p < np; p++) {
-            const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
-            const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
-            for (int m0 = 0; m0 < M; m0 += MHA_BF16_MR) {
-                const int mr = M - m0 < MHA_BF16_MR ? M - m0 : MHA_BF16_MR;
-                const uint16_t *ap = a + (size_t)m0 * a_stride + k0;
-                float *cp = c + (size_t)m0 * ldc + n0;
-#ifdef MHA_CPU_X86
-                if (fast) {
-                    kernel_fast(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, NULL);
-                    continue;
-                }
-#endif
-                (void)fast;
-                kernel_portable(ap, a_stride / 2, bp, kl / 2, cp, ldc, mr, nr, add, NULL);
-            }
-        }
+        depth_block(M, N, a + k0, a_stride, packed_b, panel, k0, kl, c, ldc, accumulate || k0 > 0, NULL);
     }
 }
 

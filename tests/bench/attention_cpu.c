@@ -14,25 +14,9 @@
 #include <string.h>
 #include <time.h>
 #include "kernels/backend.h"
+#include "tests/bench/bench_util.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static float *alloc_fill(size_t n, unsigned seed) {
-    float *p = malloc(n * sizeof *p);
-    if (!p) {
-        fprintf(stderr, "attention_cpu: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)((seed >> 9) & 0xFFFF) / 32768.0f - 1.0f;
-    }
-    return p;
-}
+static float *alloc_fill(size_t n, unsigned seed) { return bench_fill(n, seed, 2.0f, "attention_cpu"); }
 
 static int arg_int(int argc, char **argv, const char *name, int def) {
     for (int i = 1; i + 1 < argc; i++)
@@ -83,14 +67,14 @@ int main(int argc, char **argv) {
             double best = 1e30;
             for (int run = 0; run < 4; run++) {   /* run 0: warm-up */
                 int reps = 0;
-                const double t0 = now();
+                const double t0 = bench_now();
                 do {
                     be->attention_forward_fused(out, lse, qkv, len, B, T, C, NH, 0, 0.0f, 7);
                     if (with_bwd)
                         be->attention_backward_fused(dqkv, dout, out, qkv, lse, len, B, T, C, NH, 0, 0.0f, 7);
                     reps++;
-                } while (run > 0 && now() - t0 < seconds / 3);
-                const double per = (now() - t0) / reps;
+                } while (run > 0 && bench_now() - t0 < seconds / 3);
+                const double per = (bench_now() - t0) / reps;
                 if (run > 0 && per < best) best = per;
             }
             const double fl = flops_fwd * (with_bwd ? 3.5 : 1.0);

@@ -21,22 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "tests/bench/bench_util.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static float *alloc_fill(size_t n, unsigned seed) {
-    float *p = malloc(n * sizeof *p);
-    if (!p) { fprintf(stderr, "sgemm_ceiling: out of memory\n"); exit(1); }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)((seed >> 9) & 0xFFFF) / 65536.0f - 0.5f;
-    }
-    return p;
-}
+static float *alloc_fill(size_t n, unsigned seed) { return bench_fill(n, seed, 1.0f, "sgemm_ceiling"); }
 
 typedef struct {
     char name[64];
@@ -65,11 +52,11 @@ static void measure(Row *r, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, float beta, 
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
         long iters = 0;
-        double t0 = now(), t;
+        double t0 = bench_now(), t;
         do {
             run_unit(ta, tb, r->M, r->N, r->K, r->calls, A, Bm, Cm, beta);
             iters++;
-            t = now();
+            t = bench_now();
         } while (t - t0 < seconds / 3.0);
         double g = r->flops * iters / (t - t0) / 1e9;
         if (g > best) best = g;

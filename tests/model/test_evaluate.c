@@ -179,23 +179,31 @@ static void spy_pool_forward(float *out, int32_t *argmax, const float *inp, cons
     spied->pool_forward(out, argmax, inp, lengths, B, T, C, mode);
 }
 
-static void test_workers_run_single_threaded_ops(void) {
-    Backend spy = *mha_cpu_backend(THREADS);   /* embed_forward stays the CPU kernel's */
+/* The small pre-LN model on `spy` (the CPU table whose pooling op is spy_pool_forward) with
+ * parameters set, and the random dataset; 0, or -1 after a failed check. */
+static int spied_model(Model *m, Dataset *ds, Backend *spy) {
+    *spy = *mha_cpu_backend(THREADS);   /* embed_forward stays the CPU kernel's */
     spied = mha_cpu_backend(THREADS);
-    spy.pool_forward = spy_pool_forward;
+    spy->pool_forward = spy_pool_forward;
     Config c;
     small_config(&c, 0);
     ModelDims d;
     model_dims_from_config(&d, &c, V, K);
-    Model m;
     MhaError err;
-    if (model_create(&m, &d, &spy, BATCH, MAX_LEN, 0, 0, &err) != 0) {
+    if (model_create(m, &d, spy, BATCH, MAX_LEN, 0, 0, &err) != 0) {
         CHECK(0, "model_create: %s", err.msg);
-        return;
+        return -1;
     }
-    model_init_params(&m, 5);
+    model_init_params(m, 5);
+    random_dataset(ds, 11);
+    return 0;
+}
+
+static void test_workers_run_single_threaded_ops(void) {
+    Backend spy;
+    Model m;
     Dataset ds;
-    random_dataset(&ds, 11);
+    if (spied_model(&m, &ds, &spy) != 0) return;
     float *probs = malloc((size_t)N_EX * K * sizeof *probs);
     const int levels = omp_get_max_active_levels();
     omp_set_max_active_levels(4);   /* nesting allowed: the workers must still keep ops to 1 thread */
@@ -226,22 +234,10 @@ static void noop_sink(void *ctx, const Model *m, const Batch *b, int row, const 
 }
 
 static void test_token_cap(void) {
-    Backend spy = *mha_cpu_backend(THREADS);
-    spied = mha_cpu_backend(THREADS);
-    spy.pool_forward = spy_pool_forward;
-    Config c;
-    small_config(&c, 0);
-    ModelDims d;
-    model_dims_from_config(&d, &c, V, K);
+    Backend spy;
     Model m;
-    MhaError err;
-    if (model_create(&m, &d, &spy, BATCH, MAX_LEN, 0, 0, &err) != 0) {
-        CHECK(0, "model_create: %s", err.msg);
-        return;
-    }
-    model_init_params(&m, 5);
     Dataset ds;
-    random_dataset(&ds, 11);
+    if (spied_model(&m, &ds, &spy) != 0) return;
     float *probs = malloc((size_t)N_EX * K * sizeof *probs);
     const int whole = (N_EX + BATCH - 1) / BATCH;
     evaluate_set_max_tokens(400);
