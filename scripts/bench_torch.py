@@ -932,7 +932,7 @@ def report_main(args):
             names = [("mha", "mha-predict --precision fp32 (end to end: read, tokenize, forward, write)"),
                      ("mha_bf16", "mha-predict --precision bf16 (end to end)"),
                      ("mha_int8", "mha-predict --precision int8 (end to end)"),
-                     ("torch_same", "PyTorch eager no_grad (same batches, forward only)"),
+                     ("torch_same", "PyTorch eager no_grad (sorted batches of 64 texts, forward only)"),
                      ("torch_articles", "PyTorch eager no_grad (padded to max_len, forward only)"),
                      ("fasttext", "fasttext predict (end to end, 1 thread)")]
             mha_lps, mhb_lps, mhi_lps = pred_lps("mha"), pred_lps("mha_bf16"), pred_lps("mha_int8")
