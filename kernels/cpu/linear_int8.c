@@ -7,6 +7,7 @@
  * panel per OpenMP task (or taken from the calling thread's cache of packed weights, below);
  * then the threads take row blocks of the input dynamically, each quantizing its own rows into
  * its own scratch. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +25,55 @@ static _Thread_local MhaBuffer tl_scratch;   /* a worker's quantized rows */
 /* The calling thread's packed weights, kept across calls: prediction multiplies the same few
  * weight matrices batch after batch, and quantizing and packing them at every call cost 6-8%
  * of an int8 mha-predict run with its cache-sized batches. An entry is used only while the
- * weights are the very bytes it was packed from: it keeps a copy and compares it at each call
- * (exact, whoever changed the weights and however; the comparison reads the weights once
- * more, the packing did more work than that). Entries are keyed by the weights' address and
- * shape, replaced in turn when all are taken; products whose entry would pass
- * PACKED_CACHE_MAX_BYTES are not cached. */
-enum { PACKED_CACHE_ENTRIES = 32 };
-#define PACKED_CACHE_MAX_BYTES ((size_t)64 << 20)
+ * weights are the very bytes it was packed from: it keeps a copy, compared at each call (exact,
+ * whoever changed the weights and however; the comparison reads the weights once more, the
+ * packing did more work than that), and packs from that copy, so that a write racing with
+ * the call cannot leave a packing that differs from the saved bytes.
+ *
+ * Entries are keyed by the weights' address and shape. A new matrix takes an empty entry, or
+ * one not used in the last PACKED_CACHE_IDLE calls; else it is packed without being kept: a
+ * model with more matrices than entries, used in turn, keeps hits on the entries it has instead
+ * of replacing each before its next use. Each thread holds at most PACKED_CACHE_MAX_BYTES
+ * (copies and packings; every prediction worker has its own), freed when the thread exits. */
+enum { PACKED_CACHE_ENTRIES = 32, PACKED_CACHE_IDLE = 2 * PACKED_CACHE_ENTRIES };
+#define PACKED_CACHE_MAX_BYTES ((size_t)256 << 20)
 typedef struct {
     const float *w;   /* the key: the caller's weights (OC, IC), contiguous */
     int OC, IC;
     float *copy;      /* (OC, IC): the bytes they held when packed */
     void *packed;     /* mha_i8_packed_w_bytes(OC, IC) bytes, 64-byte aligned */
+    size_t bytes;     /* of copy and packed */
+    unsigned long last_use;
 } PackedEntry;
-static _Thread_local PackedEntry tl_cache[PACKED_CACHE_ENTRIES];
-static _Thread_local int tl_cache_next;   /* the entry replaced next */
+typedef struct {
+    PackedEntry e[PACKED_CACHE_ENTRIES];
+    size_t bytes;           /* held by all entries */
+    unsigned long calls;    /* products asked of this cache */
+} PackedCache;
+static _Thread_local PackedCache tl_cache;
+static _Atomic unsigned long cache_hits;   /* mha_i8_packed_cache_hits */
+
+static pthread_key_t cache_key;   /* its destructor frees a thread's entries when it exits */
+static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
+
+static void entry_free(PackedCache *c, PackedEntry *e) {
+    free(e->copy);
+    free(e->packed);
+    c->bytes -= e->bytes;
+    memset(e, 0, sizeof *e);
+}
+
+static void cache_free(void *cache) {
+    PackedCache *c = cache;
+    for (int i = 0; i < PACKED_CACHE_ENTRIES; i++) entry_free(c, &c->e[i]);
+}
+
+static void cache_key_create(void) {
+    if (pthread_key_create(&cache_key, cache_free) != 0) cache_key = (pthread_key_t)-1;
+}
+
+unsigned long mha_i8_packed_cache_hits(void) { return cache_hits; }
+void mha_i8_packed_cache_clear(void) { cache_free(&tl_cache); }
 
 /* Packs w (OC, IC) into dst, one panel per OpenMP task when par. */
 static void pack_weights(void *dst, const float *w, int OC, int IC, int par) {
@@ -47,20 +82,36 @@ static void pack_weights(void *dst, const float *w, int OC, int IC, int par) {
     for (int p = 0; p < np; p++) mha_i8_pack_w(dst, w, IC, OC, IC, p, p + 1);
 }
 
+/* An entry for a new matrix of `bytes`, or NULL: empty ones first, else the longest idle one
+ * if idle long enough, within the thread's byte budget. */
+static PackedEntry *entry_for_new(PackedCache *c, size_t bytes) {
+    PackedEntry *pick = NULL;
+    for (int i = 0; i < PACKED_CACHE_ENTRIES; i++) {
+        PackedEntry *e = &c->e[i];
+        if (!e->w) { pick = e; break; }
+        if (c->calls - e->last_use > PACKED_CACHE_IDLE && (!pick || e->last_use < pick->last_use)) pick = e;
+    }
+    if (!pick || c->bytes - pick->bytes + bytes > PACKED_CACHE_MAX_BYTES) return NULL;
+    entry_free(c, pick);
+    return pick;
+}
+
 /* w (OC, IC) quantized and packed: from the calling thread's cache when it holds these bytes,
- * else packed now (and kept when it fits). */
+ * else packed now (and kept when an entry is free). */
 static const void *packed_weights(const float *w, int OC, int IC, int par) {
+    PackedCache *c = &tl_cache;
     const size_t wbytes = (size_t)OC * IC * sizeof(float), pbytes = mha_i8_packed_w_bytes(OC, IC);
+    c->calls++;
     PackedEntry *e = NULL;
     for (int i = 0; i < PACKED_CACHE_ENTRIES && !e; i++)
-        if (tl_cache[i].w == w && tl_cache[i].OC == OC && tl_cache[i].IC == IC) e = &tl_cache[i];
-    if (e && memcmp(e->copy, w, wbytes) == 0) return e->packed;
-    if (!e && wbytes + pbytes <= PACKED_CACHE_MAX_BYTES) {
-        e = &tl_cache[tl_cache_next];
-        tl_cache_next = (tl_cache_next + 1) % PACKED_CACHE_ENTRIES;
-        free(e->copy);
-        free(e->packed);
-        e->w = w, e->OC = OC, e->IC = IC;
+        if (c->e[i].w == w && c->e[i].OC == OC && c->e[i].IC == IC) e = &c->e[i];
+    if (e) {
+        e->last_use = c->calls;
+        if (memcmp(e->copy, w, wbytes) == 0) {
+            cache_hits++;
+            return e->packed;
+        }
+    } else if ((e = entry_for_new(c, wbytes + pbytes)) != NULL) {
         e->copy = malloc(wbytes);
         e->packed = mha_cpu_aligned_alloc((pbytes + 63) & ~(size_t)63);
         if (!e->copy || !e->packed) {   /* no room to keep it: pack without caching */
@@ -68,6 +119,11 @@ static const void *packed_weights(const float *w, int OC, int IC, int par) {
             free(e->packed);
             memset(e, 0, sizeof *e);
             e = NULL;
+        } else {
+            e->w = w, e->OC = OC, e->IC = IC, e->bytes = wbytes + pbytes, e->last_use = c->calls;
+            c->bytes += e->bytes;
+            pthread_once(&cache_key_once, cache_key_create);
+            if (cache_key != (pthread_key_t)-1) pthread_setspecific(cache_key, c);
         }
     }
     if (!e) {
@@ -75,8 +131,8 @@ static const void *packed_weights(const float *w, int OC, int IC, int par) {
         pack_weights(wp, w, OC, IC, par);
         return wp;
     }
-    pack_weights(e->packed, w, OC, IC, par);
-    memcpy(e->copy, w, wbytes);
+    memcpy(e->copy, w, wbytes);   /* then packed from the copy: the two always agree */
+    pack_weights(e->packed, e->copy, OC, IC, par);
     return e->packed;
 }
 

@@ -117,7 +117,7 @@ static int write_eval(Writer *w, const Dataset *ds, int kind, const Config *c, i
 
 static void usage(FILE *f) {
     fprintf(f, "usage: export_batches --config FILE [--set key=value ...] --out FILE.bin [--padded]\n"
-               "                      [--predict TEXTFILE [--batch-size N] [--chunk N]]\n"
+               "                      [--predict TEXTFILE [--batch-size N] [--batch-tokens N] [--chunk N]]\n"
                "Writes the batches mha-train (or mha-predict with --predict) forms; the layout is\n"
                "described at the top of tests/bench/export_batches.c.\n");
 }
@@ -137,7 +137,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--out") && more) out_path = argv[++i];
         else if (!strcmp(a, "--predict") && more) predict_path = argv[++i];
         else if (!strcmp(a, "--batch-size") && more) pred_batch = atoi(argv[++i]);
-        else if (!strcmp(a, "--batch-tokens") && more) pred_tokens = atol(argv[++i]);
+        else if (!strcmp(a, "--batch-tokens") && more) {
+            char *end;
+            pred_tokens = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || pred_tokens < 0) { usage(stderr); return 2; }
+        }
         else if (!strcmp(a, "--chunk") && more) chunk = atoi(argv[++i]);
         else { usage(stderr); return 2; }
     }
@@ -244,8 +248,10 @@ int main(int argc, char **argv) {
                 batcher_free(&bt);
             }
         }
-        fprintf(stderr, "export_batches: predict %d lines, %d batches of <= %d lines and <= %ld tokens, "
-                "%ld real tokens, padding %.1f%%\n", pred.n, nb_total, pred_batch, padded ? 0L : pred_tokens, w.real_tokens,
+        char cap[48] = "no token cap";
+        if (!padded && pred_tokens > 0) snprintf(cap, sizeof cap, "<= %ld tokens", pred_tokens);
+        fprintf(stderr, "export_batches: predict %d lines, %d batches of <= %d lines and %s, "
+                "%ld real tokens, padding %.1f%%\n", pred.n, nb_total, pred_batch, cap, w.real_tokens,
                 w.positions ? 100.0 * (1.0 - (double)w.real_tokens / (double)w.positions) : 0.0);
     }
     if (w.sections != n_sections) die("internal error: section count");

@@ -96,6 +96,9 @@ for bt in 0 1 37; do
   "$PREDICT" --model "$M" --batch-tokens $bt "$TMP/plain.txt" >"$TMP/pbt" || fail "--batch-tokens $bt failed"
   cmp -s <(cut -f1 "$TMP/pbt") <(cut -f1 "$TMP/p1") || fail "--batch-tokens $bt changed labels"
 done
+# a cap of 1 token leaves one text per batch: byte for byte batches of one text without a cap
+cmp -s <("$PREDICT" --model "$M" --batch-tokens 1 "$TMP/plain.txt") <("$PREDICT" --model "$M" --batch-size 1 --batch-tokens 0 "$TMP/plain.txt") \
+  || fail "--batch-tokens 1 differs from --batch-size 1 --batch-tokens 0"
 expect_exit 2 "--batch-tokens '-5': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens -5
 expect_exit 2 "--batch-tokens 'x': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens=x
 cmp -s <("$PREDICT" --model "$M" --eval=data/sample/dev.tsv --input-format=tsv --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \

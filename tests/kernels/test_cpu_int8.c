@@ -46,7 +46,8 @@
  *     MHA_GEMM_PAR_MIN and 13x40x24 below it, with and without bias): bit-identical to
  *     mha_i8_pack_w + mha_i8_gemm called directly, 1T == 2T, fast == portable.
  *     The weights packed by an earlier call are reused only while their bytes are unchanged
- *     (3b: changed in place, another shape at the same address, more matrices than entries).
+ *     (3b: changed in place, another shape at the same address), and are reused (hit counts:
+ *     twice the same, more matrices than entries in turn, an idle entry taken over).
  *  4. mha_cpu_backend_int8: NULL with a reason exactly when mha_i8_fast() is 0 (also after
  *     mha_i8_force_portable(1)); else int8 = 1, linear_forward = mha_linear_forward_int8, the
  *     rest the bf16 table's (the fp32 table's when the bf16 one is NULL, also forced).
@@ -716,11 +717,13 @@ static void test_linear(int N, int IC, int OC) {
 
 /* 3b. The calling thread's cache of packed weights (linear_int8.c): a product always equals
  * pack_w + gemm on the weights as they are at the call: after the same buffer's bytes change
- * (one weight made its row's largest, so the row's scale changes), under the same address with
- * another shape, and with more weight matrices than the cache has entries (each used twice,
- * interleaved, so entries are replaced while in use). */
+ * (one weight made its row's largest, so the row's scale changes) and under the same address
+ * with another shape. And the cache is used (mha_i8_packed_cache_hits): the same weights twice
+ * hit; 33 matrices used in turn (one more than the entries) hit 32 times a round, the entries
+ * kept rather than each replaced before its next use; a new matrix takes over an entry once
+ * that has gone unused for a while. */
 static void test_linear_cache(void) {
-    enum { N = 13, IC = 40, OC = 24, MANY = 40 };
+    enum { N = 13, IC = 40, OC = 24, MANY = 33 };
     const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
     float *inp = test_malloc((size_t)N * IC * 4), *w = test_malloc(nw * 4);
     float *out = test_malloc(no * 4), *before = test_malloc(no * 4), *ref = test_malloc(no * 4);
@@ -729,14 +732,17 @@ static void test_linear_cache(void) {
     for (size_t i = 0; i < (size_t)N * IC; i++) inp[i] = gen();
     for (size_t i = 0; i < nw; i++) w[i] = 0.1f * gen();
     omp_set_num_threads(1);
+    mha_i8_packed_cache_clear();
     /* ref (N, oc) = inp (N, ic) @ wt^T through pack_w + gemm */
 #define DIRECT(wt, ic, oc)                                                        \
     do {                                                                          \
         mha_i8_pack_w(packed, wt, ic, oc, ic, 0, mha_i8_panels(oc));              \
         mha_i8_gemm(N, oc, ic, inp, ic, packed, NULL, ref, oc, scratch);          \
     } while (0)
+    unsigned long h0 = mha_i8_packed_cache_hits();
     mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);   /* from the cache */
+    const unsigned long hits_same = mha_i8_packed_cache_hits() - h0;
     DIRECT(w, IC, OC);
     int ok_same = memcmp(out, ref, no * 4) == 0 && memcmp(before, ref, no * 4) == 0;
     w[5 * IC + 7] = 1.0f;                                     /* row 5's new largest */
@@ -746,20 +752,40 @@ static void test_linear_cache(void) {
     mha_linear_forward_int8(out, inp, w, NULL, N, OC, IC > OC ? OC : IC);   /* (24, 24) view */
     DIRECT(w, OC, IC > OC ? OC : IC);
     int ok_shape = memcmp(out, ref, (size_t)N * (IC > OC ? OC : IC) * 4) == 0;
-    float *many = test_malloc((size_t)MANY * nw * 4);
-    for (size_t i = 0; i < (size_t)MANY * nw; i++) many[i] = 0.1f * gen();
+    /* MANY matrices in turn, three rounds, from an empty cache */
+    float *many = test_malloc((size_t)(MANY + 1) * nw * 4);
+    for (size_t i = 0; i < (size_t)(MANY + 1) * nw; i++) many[i] = 0.1f * gen();
+    mha_i8_packed_cache_clear();
     int ok_many = 1;
-    for (int pass = 0; pass < 2; pass++)
+    unsigned long round_hits[3];
+    for (int round = 0; round < 3; round++) {
+        const unsigned long h = mha_i8_packed_cache_hits();
         for (int k = 0; k < MANY; k++) {
             mha_linear_forward_int8(out, inp, many + (size_t)k * nw, NULL, N, IC, OC);
             DIRECT(many + (size_t)k * nw, IC, OC);
             ok_many &= memcmp(out, ref, no * 4) == 0;
         }
+        round_hits[round] = mha_i8_packed_cache_hits() - h;
+    }
+    /* then one new matrix, 80 times: an entry idle for long enough becomes its own */
+    const float *fresh = many + (size_t)MANY * nw;
+    const unsigned long hf = mha_i8_packed_cache_hits();
+    for (int k = 0; k < 80; k++) mha_linear_forward_int8(out, inp, fresh, NULL, N, IC, OC);
+    const unsigned long fresh_hits = mha_i8_packed_cache_hits() - hf;
+    DIRECT(fresh, IC, OC);
+    ok_many &= memcmp(out, ref, no * 4) == 0;
 #undef DIRECT
-    test_expect("linear cache: the same weights twice == pack_w + gemm", ok_same);
+    test_expect("linear cache: the same weights twice == pack_w + gemm, the second a hit",
+                ok_same && hits_same == 1);
     test_expect("linear cache: changed bytes at the same address repacked", ok_changed);
     test_expect("linear cache: the same address with another shape", ok_shape);
-    test_expect("linear cache: 40 weight matrices used twice, interleaved", ok_many);
+    char what[160];
+    snprintf(what, sizeof what, "linear cache: 33 matrices in turn == pack_w + gemm, hits %lu/%lu/%lu (0/32/32)",
+             round_hits[0], round_hits[1], round_hits[2]);
+    test_expect(what, ok_many && round_hits[0] == 0 && round_hits[1] == 32 && round_hits[2] == 32);
+    snprintf(what, sizeof what, "linear cache: a new matrix takes an idle entry (%lu hits of 80)", fresh_hits);
+    test_expect(what, fresh_hits > 0 && fresh_hits < 80);
+    mha_i8_packed_cache_clear();
     free(inp), free(w), free(out), free(before), free(ref), free(packed), free(scratch), free(many);
 }
 
