@@ -85,6 +85,60 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 
 /* ================================ linear ================================ */
 
+/* Batch invariance: a row's output does not depend on N, on the rows around it or on the
+ * thread count, so a text gets the same bits alone or in any batch. OpenBLAS (0.3.21) picks
+ * its code path from the whole call's shape: below about 1.5e5 multiply-adds (measured here)
+ * a small-matrix path whose results depend on M and on a row's position; above it, a row's
+ * result is the same for any M and position. So every OpenBLAS call gets at least
+ * MHA_LINEAR_MIN_MACS multiply-adds, a batch with fewer rows running on a zero-padded copy,
+ * and weights smaller than MHA_LINEAR_SMALL_W (the classifier head), which that padding would
+ * cost more than their product, go through our own fixed-order loop instead
+ * (tests/kernels/test_cpu_ops.c checks rows alone against rows in batches). */
+#define MHA_LINEAR_SMALL_W 8192
+#define MHA_LINEAR_MIN_MACS ((size_t)1 << 21)
+
+/* y (N, OC) = x (N, IC) @ w (OC, IC)^T + bias (OC) (bias may be NULL): each dot product as 8
+ * interleaved running sums over c = 8j + lane, then added up in one fixed order. */
+static MHA_CLONES void FN(linear_small_rows)(REAL *y, const REAL *x, const REAL *w, const REAL *bias,
+                                             int n0, int n1, int IC, int OC) {
+    for (int n = n0; n < n1; n++) {
+        const REAL *xr = x + (size_t)n * IC;
+        for (int o = 0; o < OC; o++) {
+            const REAL *wr = w + (size_t)o * IC;
+            REAL acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int c = 0;
+            for (; c + 8 <= IC; c += 8)
+                for (int l = 0; l < 8; l++) acc[l] += xr[c + l] * wr[c + l];
+            for (int l = 0; c + l < IC; l++) acc[l] += xr[c + l] * wr[c + l];
+            REAL sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+            y[(size_t)n * OC + o] = bias ? sum + bias[o] : sum;
+        }
+    }
+}
+
+/* rows [n0, n1) of the product through OpenBLAS, as one call of at least min_rows rows (a
+ * zero-padded copy in `pad`, min_rows * (IC + OC) elements, when n1 - n0 is fewer) */
+static void FN(linear_gemm_rows)(REAL *out, const REAL *inp, const REAL *w, const REAL *bias,
+                                 int n0, int n1, int IC, int OC, int min_rows, REAL *pad) {
+    const int rows = n1 - n0, M = rows < min_rows ? min_rows : rows;
+    const REAL *x = inp + (size_t)n0 * IC;
+    REAL *y = out + (size_t)n0 * OC;
+    if (rows < min_rows) {
+        REAL *x_pad = pad, *y_pad = pad + (size_t)min_rows * IC;
+        memcpy(x_pad, x, (size_t)rows * IC * sizeof(REAL));
+        memset(x_pad + (size_t)rows * IC, 0, (size_t)(M - rows) * IC * sizeof(REAL));
+        x = x_pad;
+        y = y_pad;
+    }
+    REAL beta = 0;
+    if (bias) {
+        for (int n = 0; n < M; n++) memcpy(y + (size_t)n * OC, bias, (size_t)OC * sizeof(REAL));
+        beta = 1;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, M, OC, IC, 1, x, IC, w, IC, beta, y, OC);
+    if (rows < min_rows) memcpy(out + (size_t)n0 * OC, y, (size_t)rows * OC * sizeof(REAL));
+}
+
 /* Threading of the products: see mha_gemm_row_blocks in cpu_common.h. */
 void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *w, const REAL *bias,
                              int N, int IC, int OC, int act, REAL p_drop, uint64_t seed,
@@ -98,23 +152,29 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
         FN(linear_post)(out, pre, residual, (size_t)N * OC, act, p_drop, seed, 0);
         return;
     }
-    /* Row blocks aligned to MHA_LINEAR_ALIGN rows: OpenBLAS (0.3.21, Haswell kernels) gives
-     * other bits for the rows of a partial 24-row tile, so blocks of multiples of 24 rows keep
-     * the output the same bits whatever the thread count (tests/model/test_evaluate.c). */
-    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
-    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), MHA_LINEAR_ALIGN) : 1;
+    const size_t w_size = (size_t)OC * IC;
+    const int par = (size_t)N * w_size >= MHA_GEMM_PAR_MIN;
+    const int small = w_size < MHA_LINEAR_SMALL_W;
+    /* OpenBLAS calls: at least min_rows rows each; thread blocks of whole units of `unit`
+     * rows (a multiple of MHA_LINEAR_ALIGN, >= min_rows), the last block taking the rest */
+    const int min_rows = small ? 1 : (int)((MHA_LINEAR_MIN_MACS + w_size - 1) / w_size);
+    const int unit = (min_rows + MHA_LINEAR_ALIGN - 1) / MHA_LINEAR_ALIGN * MHA_LINEAR_ALIGN;
+    const int full_units = N / unit;
+    int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), unit) : 1;
+    if (!small && nb > full_units) nb = full_units > 1 ? full_units : 1;
+    REAL *pad = !small && N < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        mha_split_rows(N, blk, nb, MHA_LINEAR_ALIGN, &n0, &n1);
-        if (n1 <= n0) continue;
-        REAL beta = 0;
-        if (bias) {
-            for (int n = n0; n < n1; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(REAL));
-            beta = 1;
+        if (small) {
+            mha_split_rows(N, blk, nb, MHA_LINEAR_ALIGN, &n0, &n1);
+            FN(linear_small_rows)(out, inp, w, bias, n0, n1, IC, OC);
+        } else {
+            n0 = (int)((long)full_units * blk / nb) * unit;
+            n1 = blk == nb - 1 ? N : (int)((long)full_units * (blk + 1) / nb) * unit;
+            if (n1 > n0) FN(linear_gemm_rows)(out, inp, w, bias, n0, n1, IC, OC, min_rows, pad);
         }
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n1 - n0, OC, IC, 1, inp + (size_t)n0 * IC, IC,
-             w, IC, beta, out + (size_t)n0 * OC, OC);
+        if (n1 <= n0) continue;
         /* the block is still in cache */
         size_t first = (size_t)n0 * OC;
         FN(linear_post)(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,

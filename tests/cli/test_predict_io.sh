@@ -3,7 +3,8 @@
 # training-format input (label ignored, the format detected from the input whatever the
 # model was trained on, with a note; --input-format to force it), empty lines, invalid UTF-8
 # and over-long lines (said on stderr, counts in the singular too), --eval --json keys,
-# --eval - (stdin), --name=value spellings, --batch-tokens, options that do not go together.
+# --eval - (stdin), --name=value spellings, --batch-tokens, a line's output the same alone as in
+# any batch, options that do not go together.
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
@@ -90,15 +91,28 @@ expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the 
 # --name=value for every value option; flags take no value
 "$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --batch-tokens=100 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
   && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --batch-tokens 100 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
-# --batch-tokens cuts batches only: the same labels with no cap, a tiny one and the default
-# (a probability may move in its last printed digit with its batch, as with --batch-size)
-for bt in 0 1 37; do
-  "$PREDICT" --model "$M" --batch-tokens $bt "$TMP/plain.txt" >"$TMP/pbt" || fail "--batch-tokens $bt failed"
-  cmp -s <(cut -f1 "$TMP/pbt") <(cut -f1 "$TMP/p1") || fail "--batch-tokens $bt changed labels"
+# A line's output does not depend on the lines batched with it: byte for byte the same with
+# any --batch-size, --batch-tokens or --threads, and alone, in fp32, bf16 and int8. The tiny
+# model's weights are all small (our own loop in fp32); a second model with d_model 64 and
+# d_ff 128 puts its qkv and feed-forward products on OpenBLAS.
+sed 's/"d_model": 32, "n_heads": 2, "d_ff": 64/"d_model": 64, "n_heads": 2, "d_ff": 128/' "$TMP/c.json" \
+  | sed "s|\"dir\": \"$TMP/m\"|\"dir\": \"$TMP/m64\"|" >"$TMP/c64.json"
+grep -q '"d_model": 64' "$TMP/c64.json" && grep -q "$TMP/m64" "$TMP/c64.json" || fail "could not derive the d_model 64 config"
+"$TRAIN" --config "$TMP/c64.json" --quiet >/dev/null 2>"$TMP/e64" || fail "train d_model 64: $(cat "$TMP/e64")"
+for model in "$M" "$TMP/m64/model.mha"; do
+  for prec in fp32 bf16 int8; do
+    "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 "$TMP/plain.txt" >"$TMP/inv" 2>/dev/null \
+      || fail "predict --precision $prec"
+    for opts in "--batch-size 1" "--batch-size 5 --threads 2" "--batch-tokens 0" "--batch-tokens 37 --threads 2"; do
+      "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 $opts "$TMP/plain.txt" 2>/dev/null \
+        | cmp -s - "$TMP/inv" || fail "$model $prec: $opts changes the output"
+    done
+    for i in 1 2 3 4 5 6 7 8; do
+      sed -n "${i}p" "$TMP/plain.txt" | "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 2>/dev/null \
+        | cmp -s - <(sed -n "${i}p" "$TMP/inv") || fail "$model $prec: line $i alone differs from line $i in the file"
+    done
+  done
 done
-# a cap of 1 token leaves one text per batch: byte for byte batches of one text without a cap
-cmp -s <("$PREDICT" --model "$M" --batch-tokens 1 "$TMP/plain.txt") <("$PREDICT" --model "$M" --batch-size 1 --batch-tokens 0 "$TMP/plain.txt") \
-  || fail "--batch-tokens 1 differs from --batch-size 1 --batch-tokens 0"
 expect_exit 2 "--batch-tokens '-5': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens -5
 expect_exit 2 "--batch-tokens 'x': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens=x
 cmp -s <("$PREDICT" --model "$M" --eval=data/sample/dev.tsv --input-format=tsv --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \

@@ -5,8 +5,9 @@
  * Also: math vs fused attention (forward and backward, padding, causal, dropout), zeros on
  * padded query rows, no NaN when an example has no valid key, untouched gradients on padded
  * rows, exact dropout masks, embed_backward bitwise identical with 1 and 2 threads, AdamW
- * against a hand-computed step, the vectorised expf against exp, and the fused
- * linear_forward_post of the fp32, bf16 and int8 tables bit for bit against their separate ops. */
+ * against a hand-computed step, the vectorised expf against exp, the fused
+ * linear_forward_post of the fp32, bf16 and int8 tables bit for bit against their separate ops,
+ * and their linear forward's rows the same bits alone as in any batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -647,6 +648,65 @@ static void test_linear_post(void) {
     be = mha_cpu_backend(0);
 }
 
+/* Batch invariance of the linear forward (fp32, bf16, int8 tables; 1 and 2 threads): every
+ * row of a product of N rows, at any offset into the input, is bit for bit the row computed
+ * alone (N = 1), so a text gets the same output alone or in any batch. The shapes cover the
+ * classifier head (our own loop below MHA_LINEAR_SMALL_W weights), layers just above it and
+ * the model's own (OpenBLAS, with calls padded to MHA_LINEAR_MIN_MACS), and N on both sides
+ * of the padding's row count and of the 96-row thread blocks. */
+static void test_linear_rows_alone_table(const Backend *t, const char *name, int threads) {
+    const int shapes[][2] = {{128, 10}, {128, 2}, {24, 5}, {100, 81}, {128, 128}, {128, 384},
+                             {512, 128}, {128, 512}, {200, 50}};
+    const int counts[] = {1, 2, 5, 9, 23, 25, 75, 76, 95, 97, 130, 211, 300, 513};
+    const int NMAX = 600, OFFS = 3;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int IC = shapes[si][0], OC = shapes[si][1];
+        float *x = malloc((size_t)NMAX * IC * sizeof *x), *w = malloc((size_t)OC * IC * sizeof *w);
+        float *b = malloc((size_t)OC * sizeof *b), *alone = malloc((size_t)NMAX * OC * sizeof *alone);
+        float *out = malloc((size_t)NMAX * OC * sizeof *out);
+        for (size_t i = 0; i < (size_t)NMAX * IC; i++) x[i] = (float)(2 * mha_rng_uniform(95, i) - 1);
+        for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = (float)(0.2 * (2 * mha_rng_uniform(96, i) - 1));
+        for (int i = 0; i < OC; i++) b[i] = (float)(2 * mha_rng_uniform(97, (uint64_t)i) - 1);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bias = with_bias ? b : NULL;
+            for (int n = 0; n < NMAX; n++)
+                t->linear_forward(alone + (size_t)n * OC, x + (size_t)n * IC, w, bias, 1, IC, OC);
+            int bad_rows = 0, calls = 0;
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+                for (int off = 0; off < OFFS; off++) {
+                    const int N = counts[ci], at = off * 17;
+                    if (at + N > NMAX) continue;
+                    for (size_t i = 0; i < (size_t)N * OC; i++) out[i] = NAN;
+                    t->linear_forward(out, x + (size_t)at * IC, w, bias, N, IC, OC);
+                    for (int n = 0; n < N; n++)
+                        bad_rows += memcmp(out + (size_t)n * OC, alone + (size_t)(at + n) * OC,
+                                           (size_t)OC * sizeof *out) != 0;
+                    calls++;
+                }
+            char what[160];
+            snprintf(what, sizeof what, "linear forward %s, %d thread%s, %d->%d%s: rows in %d batches = rows alone "
+                     "(%d rows differ)", name, threads, threads > 1 ? "s" : "", IC, OC, with_bias ? " +bias" : "",
+                     calls, bad_rows);
+            test_expect(what, bad_rows == 0);
+        }
+        free(x), free(w), free(b), free(alone), free(out);
+    }
+}
+
+static void test_linear_rows_alone(void) {
+    char why[256];
+    for (int threads = 1; threads <= 2; threads++) {
+        const Backend *t[3] = {mha_cpu_backend(threads), mha_cpu_backend_bf16(threads, why, sizeof why),
+                               mha_cpu_backend_int8(threads, why, sizeof why)};
+        const char *names[3] = {"fp32", "bf16", "int8"};
+        for (int i = 0; i < 3; i++) {
+            if (t[i]) test_linear_rows_alone_table(t[i], names[i], threads);
+            else printf("linear rows alone %s: skipped (this CPU lacks its instructions)\n", names[i]);
+        }
+    }
+    be = mha_cpu_backend(0);
+}
+
 /* The AVX-512 softmax rows (rows_avx512.h, dropout-free rows) against the portable rows on
  * this machine: the same exp of every score, row sums in another order, so outputs,
  * log-sum-exps and gradients agree to a few float roundings, far below TOL (both paths are
@@ -703,6 +763,7 @@ static void test_rows_paths(void) {
 int main(void) {
     be = mha_cpu_backend(0);
     test_linear_post();
+    test_linear_rows_alone();
     test_memory_and_expf();
     test_linear(1, 1);
     test_linear(0, 1);

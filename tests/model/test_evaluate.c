@@ -4,8 +4,9 @@
  *    bf16 and int8 CPU tables (bf16 when the CPU has AVX512_BF16, int8 with AVX512_VNNI), for
  *    two architectures (pre-LN, fused attention, GELU, mean pooling; post-LN, materialising
  *    attention, ReLU, max pooling). One batch at a time with ops on 3 threads gives those
- *    bits too (the fp32 linear layer's row blocks are aligned to 96 rows for this: OpenBLAS
- *    gives other bits for the rows of a partial 24-row tile, see layers_impl.h);
+ *    bits too, and so do batches of 1 (each example alone) and of 7: an example's output does
+ *    not depend on the examples batched with it (the fp32 products keep out of OpenBLAS's
+ *    small-matrix path, see layers_impl.h);
  *  - after the parameters change, the workers run the new ones (replicas read the model's);
  *  - the same with batches capped at 400 tokens (evaluate_set_max_tokens, as mha-predict
  *    caps them on the CPU); the cap reaches the batches (a spy on the pooling op), except
@@ -67,14 +68,19 @@ static const Backend *backend(int precision, int threads, char *why, size_t why_
 
 typedef struct { float *probs; Metrics metrics; } Run;
 
-/* Predicts and evaluates ds with ops on `threads` threads and at most `workers` workers. */
-static void run(Model *m, const Dataset *ds, int precision, int threads, int workers, Run *r) {
+/* Predicts and evaluates ds in batches of at most `batch` examples with ops on `threads`
+ * threads and at most `workers` workers. */
+static void run_batches(Model *m, const Dataset *ds, int precision, int threads, int workers, int batch, Run *r) {
     backend(precision, threads, NULL, 0);
     evaluate_set_workers(workers);
     r->probs = malloc((size_t)ds->n * K * sizeof *r->probs);
-    predict_dataset(m, ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, r->probs, NULL, NULL);
-    evaluate_dataset(m, ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, &r->metrics);
+    predict_dataset(m, ds, batch, MAX_LEN, TRUNC_HEAD, 0, r->probs, NULL, NULL);
+    evaluate_dataset(m, ds, batch, MAX_LEN, TRUNC_HEAD, 0, &r->metrics);
     evaluate_set_workers(0);
+}
+
+static void run(Model *m, const Dataset *ds, int precision, int threads, int workers, Run *r) {
+    run_batches(m, ds, precision, threads, workers, BATCH, r);
 }
 
 static void run_free(Run *r) {
@@ -97,7 +103,7 @@ static size_t count_differing(const Run *r, const Run *ref, size_t *first) {
 /* r the same bits as ref: probabilities, confusion matrix and loss sum. */
 static void check_same(const Run *r, const Run *ref, const char *what) {
     size_t n = (size_t)N_EX * K, first, bad = count_differing(r, ref, &first);
-    CHECK(bad == 0, "%s: %zu of %zu probabilities differ from one batch at a time on 1 thread "
+    CHECK(bad == 0, "%s: %zu of %zu probabilities differ from batches of 32 one at a time on 1 thread "
           "(first: example %zu class %zu, %.9g vs %.9g)", what, bad, n, first / K, first % K,
           bad ? r->probs[first] : 0.0, bad ? ref->probs[first] : 0.0);
     CHECK(r->metrics.n == ref->metrics.n && r->metrics.n == N_EX, "%s: %ld examples evaluated, %ld expected",
@@ -138,12 +144,22 @@ static void test_same_bits(int precision, int variant) {
             check_same(&r, &ref, what);
             run_free(&r);
         }
+        /* batch invariance: each example alone, and in batches of 7 on workers */
+        const int batches[2] = {1, 7};
+        for (int i = 0; i < 2; i++) {
+            run_batches(&m, &ds, precision, i ? THREADS : 1, i ? 2 : 0, batches[i], &r);
+            snprintf(what, sizeof what, "%s, %s, params %d, batches of %d%s", precision_name[precision],
+                     variant ? "post-LN math max" : "pre-LN fused mean", round & 1, batches[i],
+                     round == 2 ? ", at most 400 tokens a batch" : "");
+            check_same(&r, &ref, what);
+            run_free(&r);
+        }
         evaluate_set_max_tokens(0);
         if (round == 0)
             printf("%s %s: accuracy %.4f, loss %.6f: the same bits with 1 thread and with 2 and 3 workers%s\n",
                    precision_name[precision], variant ? "post-LN/math/max " : "pre-LN/fused/mean",
                    metrics_accuracy(&ref.metrics), metrics_loss(&ref.metrics),
-                   ", and with ops on 3 threads");
+                   ", with ops on 3 threads, and in batches of 1 and 7");
         run_free(&ref);
     }
     CHECK(m.n_replicas == THREADS - 1, "%d replicas kept, %d expected", m.n_replicas, THREADS - 1);
