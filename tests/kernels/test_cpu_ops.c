@@ -693,8 +693,11 @@ static void test_linear_rows_alone_table(const Backend *t, const char *name, int
     }
 }
 
+char *openblas_get_config(void);   /* OpenBLAS's own: version and kernel family, for a failure's context */
+
 static void test_linear_rows_alone(void) {
     char why[256];
+    printf("rows alone vs in batches, on %s\n", openblas_get_config());
     for (int threads = 1; threads <= 2; threads++) {
         const Backend *t[3] = {mha_cpu_backend(threads), mha_cpu_backend_bf16(threads, why, sizeof why),
                                mha_cpu_backend_int8(threads, why, sizeof why)};
