@@ -11,6 +11,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include <math.h>
+#include <strings.h>
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -63,3 +64,11 @@ int mha_rows_fast(void) {
 #define ATT_GEMM mha_sgemm_bf16
 #define MHA_LAYERS_ATTENTION_ONLY
 #include "kernels/cpu/layers_impl.h"
+
+/* OpenBLAS's own: the name of the kernel family it picked for this CPU (DYNAMIC_ARCH) */
+char *openblas_get_corename(void);
+
+int mha_f32_rows_batch_invariant(void) {
+    const char *core = openblas_get_corename();
+    return core && (strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0);
+}

@@ -16,5 +16,10 @@
 void mha_rows_force_portable(int on);
 /* 1 when the AVX-512 softmax rows run (the CPU has them and they are not forced off). */
 int mha_rows_fast(void);
+/* 1 when the linear forward gives each row the same bits whatever the rows around it, N and
+ * the thread count (a text the same output alone or in any batch): OpenBLAS runs its AVX-512
+ * kernels (SkylakeX, Cooperlake; tested). Its AVX2 kernels (Haswell, Zen) give a row other
+ * bits at another position in a tile. See layers_impl.h. */
+int mha_f32_rows_batch_invariant(void);
 
 #endif

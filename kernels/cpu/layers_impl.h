@@ -18,9 +18,9 @@
  * OpenMP loop with a contiguous inner loop. Backward ops accumulate (+=), except act_backward
  * and linear_backward's dinp when asked (backend.h). Attention runs
  * one (b, h) per OpenMP task with BLAS forced single-threaded for the duration.
- * Re-entrant across host threads: the attention scratch is one cached buffer per
- * instantiation and per calling thread (_Thread_local), shared by the threads of that call's
- * region, so several host threads (e.g. model/evaluate.c's workers) may run ops at once on
+ * Re-entrant across host threads: the scratch (the attention's, a linear layer's padded rows)
+ * is one cached buffer per instantiation and per calling thread (_Thread_local), shared by the
+ * threads of that call's region, so several host threads (e.g. model/evaluate.c's workers) may run ops at once on
  * their own data.
  */
 #include <omp.h>
@@ -85,35 +85,23 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 
 /* ================================ linear ================================ */
 
-/* Batch invariance: a row's output does not depend on N, on the rows around it or on the
- * thread count, so a text gets the same bits alone or in any batch. OpenBLAS (0.3.21) picks
- * its code path from the whole call's shape: below about 1.5e5 multiply-adds (measured here)
- * a small-matrix path whose results depend on M and on a row's position; above it, a row's
- * result is the same for any M and position. So every OpenBLAS call gets at least
- * MHA_LINEAR_MIN_MACS multiply-adds, a batch with fewer rows running on a zero-padded copy,
- * and weights smaller than MHA_LINEAR_SMALL_W (the classifier head), which that padding would
- * cost more than their product, go through our own fixed-order loop instead
- * (tests/kernels/test_cpu_ops.c checks rows alone against rows in batches). */
-#define MHA_LINEAR_SMALL_W 8192
-#define MHA_LINEAR_MIN_MACS ((size_t)1 << 21)
-
-/* y (N, OC) = x (N, IC) @ w (OC, IC)^T + bias (OC) (bias may be NULL): each dot product as 8
- * interleaved running sums over c = 8j + lane, then added up in one fixed order. */
-static MHA_CLONES void FN(linear_small_rows)(REAL *y, const REAL *x, const REAL *w, const REAL *bias,
-                                             int n0, int n1, int IC, int OC) {
-    for (int n = n0; n < n1; n++) {
-        const REAL *xr = x + (size_t)n * IC;
-        for (int o = 0; o < OC; o++) {
-            const REAL *wr = w + (size_t)o * IC;
-            REAL acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            int c = 0;
-            for (; c + 8 <= IC; c += 8)
-                for (int l = 0; l < 8; l++) acc[l] += xr[c + l] * wr[c + l];
-            for (int l = 0; c + l < IC; l++) acc[l] += xr[c + l] * wr[c + l];
-            REAL sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-            y[(size_t)n * OC + o] = bias ? sum + bias[o] : sum;
-        }
-    }
+/* Batch invariance: with OpenBLAS's AVX-512 kernels (SkylakeX, Cooperlake) a row's output
+ * here does not depend on N, on the rows around it or on the thread count, so a text gets the
+ * same bits alone or in any batch (mha_f32_rows_batch_invariant; tests/kernels/test_cpu_ops.c,
+ * tests/model/test_evaluate.c). Two things could break that, and are kept out:
+ *  - OpenBLAS 0.3.21 sends small products to a "small-matrix" kernel whose rows depend on the
+ *    call's shape. For this call (TN in its column-major terms) that happens while
+ *    OC x rows <= 1200 and OC x rows x IC <= 1e6 (and IC >= 32); a call with fewer rows than
+ *    linear_min_rows() runs on a zero-padded copy instead (the classifier head: at most
+ *    about 1.5e5 multiply-adds).
+ *  - Its AVX2 kernels (Haswell, Zen) give a row other bits at another position in a 12-row
+ *    tile; there only the thread count is kept out: row blocks start at multiples of
+ *    MHA_LINEAR_ALIGN rows, so a row keeps its position in the tiles on any thread count. */
+static int FN(linear_min_rows)(int IC, int OC) {
+    if (IC < 32) return 1;
+    const long by_count = 1200 / OC + 1;                                      /* OC x rows > 1200 */
+    const long by_size = (long)(1000000 / ((double)OC * IC)) + 1;              /* > 1e6 multiply-adds */
+    return (int)(by_count < by_size ? by_count : by_size);
 }
 
 /* rows [n0, n1) of the product through OpenBLAS, as one call of at least min_rows rows (a
@@ -152,29 +140,20 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
         FN(linear_post)(out, pre, residual, (size_t)N * OC, act, p_drop, seed, 0);
         return;
     }
-    const size_t w_size = (size_t)OC * IC;
-    const int par = (size_t)N * w_size >= MHA_GEMM_PAR_MIN;
-    const int small = w_size < MHA_LINEAR_SMALL_W;
-    /* OpenBLAS calls: at least min_rows rows each; thread blocks of whole units of `unit`
-     * rows (a multiple of MHA_LINEAR_ALIGN, >= min_rows), the last block taking the rest */
-    const int min_rows = small ? 1 : (int)((MHA_LINEAR_MIN_MACS + w_size - 1) / w_size);
+    /* blocks of whole units of `unit` rows (a multiple of MHA_LINEAR_ALIGN, >= min_rows); only
+     * the last block can end in a partial unit, and only a block of that unit alone can be
+     * shorter than min_rows: it alone uses the padded copy */
+    const int min_rows = FN(linear_min_rows)(IC, OC);
     const int unit = (min_rows + MHA_LINEAR_ALIGN - 1) / MHA_LINEAR_ALIGN * MHA_LINEAR_ALIGN;
-    const int full_units = N / unit;
-    int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), unit) : 1;
-    if (!small && nb > full_units) nb = full_units > 1 ? full_units : 1;
-    REAL *pad = !small && N < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
+    REAL *pad = N % unit != 0 && N % unit < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
+    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
+    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), unit) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        if (small) {
-            mha_split_rows(N, blk, nb, MHA_LINEAR_ALIGN, &n0, &n1);
-            FN(linear_small_rows)(out, inp, w, bias, n0, n1, IC, OC);
-        } else {
-            n0 = (int)((long)full_units * blk / nb) * unit;
-            n1 = blk == nb - 1 ? N : (int)((long)full_units * (blk + 1) / nb) * unit;
-            if (n1 > n0) FN(linear_gemm_rows)(out, inp, w, bias, n0, n1, IC, OC, min_rows, pad);
-        }
+        mha_split_rows(N, blk, nb, unit, &n0, &n1);
         if (n1 <= n0) continue;
+        FN(linear_gemm_rows)(out, inp, w, bias, n0, n1, IC, OC, min_rows, pad);
         /* the block is still in cache */
         size_t first = (size_t)n0 * OC;
         FN(linear_post)(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,

@@ -92,17 +92,23 @@ expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the 
 "$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --batch-tokens=100 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
   && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --batch-tokens 100 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
 # A line's output does not depend on the lines batched with it: byte for byte the same with
-# any --batch-size, --batch-tokens or --threads, and alone, in fp32, bf16 and int8. The tiny
-# model's weights are all small (our own loop in fp32); a second model with d_model 64 and
-# d_ff 128 puts its qkv and feed-forward products on OpenBLAS.
+# any --batch-size, --batch-tokens or --threads, and alone, in fp32, bf16 and int8. fp32 (and
+# a precision that falls back to it, with a note) only with OpenBLAS's AVX-512 kernels, the
+# ones its verbose start-up line names SkylakeX or Cooperlake (see layers_impl.h). The tiny
+# model's products are all small (the padded path); a second model with d_model 64 and d_ff
+# 128 has larger ones.
+core=$(OPENBLAS_VERBOSE=2 "$PREDICT" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1)
+case "$core" in SkylakeX|Cooperlake) fp32_invariant=1 ;; *) fp32_invariant=0
+  echo "fp32 batch invariance not checked: OpenBLAS kernels '${core:-unknown}'" ;; esac
 sed 's/"d_model": 32, "n_heads": 2, "d_ff": 64/"d_model": 64, "n_heads": 2, "d_ff": 128/' "$TMP/c.json" \
   | sed "s|\"dir\": \"$TMP/m\"|\"dir\": \"$TMP/m64\"|" >"$TMP/c64.json"
 grep -q '"d_model": 64' "$TMP/c64.json" && grep -q "$TMP/m64" "$TMP/c64.json" || fail "could not derive the d_model 64 config"
 "$TRAIN" --config "$TMP/c64.json" --quiet >/dev/null 2>"$TMP/e64" || fail "train d_model 64: $(cat "$TMP/e64")"
 for model in "$M" "$TMP/m64/model.mha"; do
   for prec in fp32 bf16 int8; do
-    "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 "$TMP/plain.txt" >"$TMP/inv" 2>/dev/null \
+    "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 "$TMP/plain.txt" >"$TMP/inv" 2>"$TMP/inv.err" \
       || fail "predict --precision $prec"
+    if [ "$fp32_invariant" = 0 ] && { [ $prec = fp32 ] || [ -s "$TMP/inv.err" ]; }; then continue; fi
     for opts in "--batch-size 1" "--batch-size 5 --threads 2" "--batch-tokens 0" "--batch-tokens 37 --threads 2"; do
       "$PREDICT" --model "$model" --precision $prec --format jsonl --top-k 3 $opts "$TMP/plain.txt" 2>/dev/null \
         | cmp -s - "$TMP/inv" || fail "$model $prec: $opts changes the output"
