@@ -197,6 +197,8 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint holds %zu parameters but its config describes %zu "
                         "(corrupt or from another version)", path, p->ck.n_params, p->model.lay.total);
     be->to_device(p->model.params, p->ck.params, p->ck.n_params * sizeof(float));
+    /* the parameters stay as loaded: a backend may keep what it derives from them */
+    if (be->weights_fixed) be->weights_fixed(p->model.params, p->ck.n_params * sizeof(float));
     config_read_options(&p->cfg, &p->ro);
     p->ro.format = FORMAT_AUTO;     /* main sets --input-format's */
     p->ro.tok.replace_invalid = 1;  /* never stops on a bad byte: counted and said on stderr */
@@ -206,6 +208,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
 }
 
 static void free_predictor(Predictor *p) {
+    if (p->model.be && p->model.be->weights_fixed) p->model.be->weights_fixed(NULL, 0);
     model_destroy(&p->model);
     checkpoint_free(&p->ck);
 }

@@ -165,6 +165,11 @@ typedef struct Backend {
     void (*linear_forward_post)(float *out, float *pre, const float *inp, const float *w,
                                 const float *bias, int N, int IC, int OC, int act, float p_drop,
                                 uint64_t seed, const float *residual);
+    /* A promise from the caller (inference): the bytes [p, p + bytes), the model's parameters,
+     * do not change until the next call; p NULL ends it. The backend may then use what it
+     * derived from them earlier without checking them again (the int8 table: its quantized,
+     * packed weights). Called while no op runs. */
+    void (*weights_fixed)(const void *p, size_t bytes);
 } Backend;
 
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread

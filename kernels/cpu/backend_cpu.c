@@ -183,6 +183,7 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
     table.int8 = 1;
     table.linear_forward = mha_linear_forward_int8;
     table.linear_forward_post = mha_linear_forward_post_int8;
+    table.weights_fixed = mha_i8_weights_fixed;
     return &table;
 }
 

@@ -1,5 +1,5 @@
 /* kernels/cpu/layers_f32.c: instantiates layers_impl.h for float (the CPU backend):
- * cblas_sgemm, and vectorisable polynomial exp and erf (cpu_common.h) in the softmax and
+ * cblas_sgemm/sgemv, and vectorisable polynomial exp and erf (cpu_common.h) in the softmax and
  * GELU loops; and its attention section once more with bf16 products (mixed precision). */
 /* GCC does not if-convert float selects (the clamps in mha_expf/mha_erff) under its default
  * -ftrapping-math, which keeps those loops scalar. Nothing here reads FP exception flags,
@@ -18,6 +18,7 @@
 #define REAL float
 #define FN(name) mha_##name##_f32
 #define GEMM cblas_sgemm
+#define GEMV cblas_sgemv
 #define R_EXP(x) mha_expf(x)
 #define R_LOG(x) logf(x)
 #define R_SQRT(x) sqrtf(x)

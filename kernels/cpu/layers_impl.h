@@ -4,6 +4,7 @@
  *   REAL              float or double
  *   FN(name)          the exported (suffixed) name of op `name`
  *   GEMM              cblas_sgemm or cblas_dgemm
+ *   GEMV              cblas_sgemv or cblas_dgemv (MHA_LAYERS_ATTENTION_ONLY: not needed)
  *   ATT_GEMM          (optional, default GEMM) the attention's products, e.g. mha_sgemm_bf16
  *   MHA_LAYERS_ATTENTION_ONLY  (optional) instantiate the attention ops alone
  *   MHA_ATT_BQ        (optional, default 64) query rows per block of the fused attention
@@ -92,8 +93,9 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
  *  - OpenBLAS 0.3.21 sends small products to a "small-matrix" kernel whose rows depend on the
  *    call's shape. For this call (TN in its column-major terms) that happens while
  *    OC x rows <= 1200 and OC x rows x IC <= 1e6 (and IC >= 32); a call with fewer rows than
- *    linear_min_rows() runs on a zero-padded copy instead (the classifier head: at most
- *    about 1.5e5 multiply-adds).
+ *    linear_min_rows() runs on a zero-padded copy instead, at most MHA_LINEAR_ALIGN rows.
+ *    Weights that would need more (OC <= 12: a classifier head) are multiplied row by row
+ *    with GEMV, every row the same call whatever the batch.
  *  - Its AVX2 kernels (Haswell, Zen) give a row other bits at another position in a 12-row
  *    tile; there only the thread count is kept out: row blocks start at multiples of
  *    MHA_LINEAR_ALIGN rows, so a row keeps its position in the tiles on any thread count. */
@@ -140,20 +142,27 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
         FN(linear_post)(out, pre, residual, (size_t)N * OC, act, p_drop, seed, 0);
         return;
     }
-    /* blocks of whole units of `unit` rows (a multiple of MHA_LINEAR_ALIGN, >= min_rows); only
-     * the last block can end in a partial unit, and only a block of that unit alone can be
-     * shorter than min_rows: it alone uses the padded copy */
-    const int min_rows = FN(linear_min_rows)(IC, OC);
-    const int unit = (min_rows + MHA_LINEAR_ALIGN - 1) / MHA_LINEAR_ALIGN * MHA_LINEAR_ALIGN;
-    REAL *pad = N % unit != 0 && N % unit < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
+    /* blocks of whole units of MHA_LINEAR_ALIGN rows; only the last block can end in a partial
+     * unit, and only a block of that unit alone can be shorter than min_rows: it alone uses the
+     * padded copy. Weights that need more padding than a unit go row by row (GEMV). */
+    const int min_rows = FN(linear_min_rows)(IC, OC), by_row = min_rows > MHA_LINEAR_ALIGN;
+    const int tail = N % MHA_LINEAR_ALIGN;
+    REAL *pad = !by_row && tail != 0 && tail < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
-    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), unit) : 1;
+    const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), MHA_LINEAR_ALIGN) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        mha_split_rows(N, blk, nb, unit, &n0, &n1);
+        mha_split_rows(N, blk, nb, MHA_LINEAR_ALIGN, &n0, &n1);
         if (n1 <= n0) continue;
-        FN(linear_gemm_rows)(out, inp, w, bias, n0, n1, IC, OC, min_rows, pad);
+        if (!by_row) FN(linear_gemm_rows)(out, inp, w, bias, n0, n1, IC, OC, min_rows, pad);
+        else
+            for (int n = n0; n < n1; n++) {   /* y_n (OC) = w (OC, IC) @ x_n (IC) + bias */
+                REAL *y = out + (size_t)n * OC;
+                if (bias) memcpy(y, bias, (size_t)OC * sizeof(REAL));
+                else memset(y, 0, (size_t)OC * sizeof(REAL));
+                GEMV(CblasRowMajor, CblasNoTrans, OC, IC, 1, w, IC, inp + (size_t)n * IC, 1, 1, y, 1);
+            }
         /* the block is still in cache */
         size_t first = (size_t)n0 * OC;
         FN(linear_post)(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,

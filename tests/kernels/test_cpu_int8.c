@@ -721,7 +721,10 @@ static void test_linear(int N, int IC, int OC) {
  * with another shape. And the cache is used (mha_i8_packed_cache_hits): the same weights twice
  * hit; 33 matrices used in turn (one more than the entries) hit 32 times a round, the entries
  * kept rather than each replaced before its next use; a new matrix takes over an entry once
- * that has gone unused for a while. */
+ * that has gone unused for a while. Under a promise that the weights do not change
+ * (mha_i8_weights_fixed), a change is not looked for (breaking the promise shows the packing
+ * kept), and after the promise ends it is seen again; weights outside the promised range are
+ * still compared. */
 static void test_linear_cache(void) {
     enum { N = 13, IC = 40, OC = 24, MANY = 33 };
     const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
@@ -752,6 +755,27 @@ static void test_linear_cache(void) {
     mha_linear_forward_int8(out, inp, w, NULL, N, OC, IC > OC ? OC : IC);   /* (24, 24) view */
     DIRECT(w, OC, IC > OC ? OC : IC);
     int ok_shape = memcmp(out, ref, (size_t)N * (IC > OC ? OC : IC) * 4) == 0;
+    /* the promise: w fixed (one call checks it under the promise, the next trusts it) */
+    mha_i8_packed_cache_clear();
+    mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);      /* packed before the promise */
+    mha_i8_weights_fixed(w, nw * 4);
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* compared once, then trusted */
+    w[2 * IC + 3] = 2.0f;                                          /* the promise broken */
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
+    int ok_trusted = memcmp(out, before, no * 4) == 0;
+    mha_i8_weights_fixed(w + 1, (nw - 1) * 4);                     /* a range that misses w's start */
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
+    DIRECT(w, IC, OC);
+    int ok_outside = memcmp(out, ref, no * 4) == 0 && memcmp(out, before, no * 4) != 0;
+    mha_i8_weights_fixed(w, nw * 4);
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* checked under the new promise */
+    w[2 * IC + 3] = -2.0f;
+    mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);      /* trusted: the old packing */
+    mha_i8_weights_fixed(NULL, 0);                                 /* the promise ends */
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
+    DIRECT(w, IC, OC);
+    ok_trusted &= memcmp(before, out, no * 4) != 0;
+    int ok_ended = memcmp(out, ref, no * 4) == 0;
     /* MANY matrices in turn, three rounds, from an empty cache */
     float *many = test_malloc((size_t)(MANY + 1) * nw * 4);
     for (size_t i = 0; i < (size_t)(MANY + 1) * nw; i++) many[i] = 0.1f * gen();
@@ -779,6 +803,10 @@ static void test_linear_cache(void) {
                 ok_same && hits_same == 1);
     test_expect("linear cache: changed bytes at the same address repacked", ok_changed);
     test_expect("linear cache: the same address with another shape", ok_shape);
+    test_expect("linear cache: weights promised fixed are not compared again (a broken promise keeps the packing)",
+                ok_trusted);
+    test_expect("linear cache: weights outside the promised range are compared", ok_outside);
+    test_expect("linear cache: after the promise ends, changed weights are repacked", ok_ended);
     char what[160];
     snprintf(what, sizeof what, "linear cache: 33 matrices in turn == pack_w + gemm, hits %lu/%lu/%lu (0/32/32)",
              round_hits[0], round_hits[1], round_hits[2]);
@@ -796,6 +824,7 @@ static int table_matches(const Backend *t, const Backend *base) {
     Backend x = *t, y = *base;
     x.linear_forward = y.linear_forward = NULL;
     x.linear_forward_post = y.linear_forward_post = NULL;
+    x.weights_fixed = y.weights_fixed = NULL;
     const size_t from = offsetof(Backend, alloc);
     return x.name == y.name && x.bf16 == y.bf16 && base->int8 == 0 &&
            memcmp((char *)&x + from, (char *)&y + from, sizeof(Backend) - from) == 0;
@@ -811,9 +840,10 @@ static void test_backend(void) {
     } else {
         test_expect("backend_int8 available (fast path on)", t != NULL);
         if (t) {
-            test_expect("backend_int8: int8 = 1, linear_forward(_post) = the int8 ones",
+            test_expect("backend_int8: int8 = 1, linear_forward(_post) and weights_fixed = the int8 ones",
                    t->int8 == 1 && t->linear_forward == mha_linear_forward_int8 &&
-                       t->linear_forward_post == mha_linear_forward_post_int8);
+                       t->linear_forward_post == mha_linear_forward_post_int8 &&
+                       t->weights_fixed == mha_i8_weights_fixed);
             char why2[160];
             const Backend *bf = mha_cpu_backend_bf16(2, why2, sizeof why2);
             const Backend *base = bf ? bf : mha_cpu_backend(2);
