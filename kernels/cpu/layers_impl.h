@@ -94,8 +94,8 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
  *    call's shape. For this call (TN in its column-major terms) that happens while
  *    OC x rows <= 1200 and OC x rows x IC <= 1e6 (and IC >= 32); a call with fewer rows than
  *    linear_min_rows() runs on a zero-padded copy instead, at most MHA_LINEAR_ALIGN rows.
- *    Weights that would need more (OC <= 12: a classifier head) are multiplied row by row
- *    with GEMV, every row the same call whatever the batch.
+ *    Weights that would need more (OC <= 12 and OC x IC <= ~10^4: a classifier head) are
+ *    multiplied row by row with GEMV, every row the same call whatever the batch.
  *  - Its AVX2 kernels (Haswell, Zen) give a row other bits at another position in a 12-row
  *    tile; there only the thread count is kept out: row blocks start at multiples of
  *    MHA_LINEAR_ALIGN rows, so a row keeps its position in the tiles on any thread count. */
@@ -147,9 +147,10 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
      * padded copy. Weights that need more padding than a unit go row by row (GEMV). */
     const int min_rows = FN(linear_min_rows)(IC, OC), by_row = min_rows > MHA_LINEAR_ALIGN;
     const int tail = N % MHA_LINEAR_ALIGN;
-    REAL *pad = !by_row && tail != 0 && tail < min_rows ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nb = par ? mha_gemm_row_blocks(N, omp_get_max_threads(), MHA_LINEAR_ALIGN) : 1;
+    const int short_block = nb == 1 ? N < min_rows : tail != 0 && tail < min_rows;
+    REAL *pad = !by_row && short_block ? FN(scratch)((size_t)min_rows * (IC + OC)) : NULL;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;

@@ -723,8 +723,8 @@ static void test_linear(int N, int IC, int OC) {
  * kept rather than each replaced before its next use; a new matrix takes over an entry once
  * that has gone unused for a while. Under a promise that the weights do not change
  * (mha_i8_weights_fixed), a change is not looked for (breaking the promise shows the packing
- * kept), and after the promise ends it is seen again; weights outside the promised range are
- * still compared. */
+ * kept), and after the promise ends, or a new one starts over the same range, it is seen
+ * again; weights outside the promised range are still compared. */
 static void test_linear_cache(void) {
     enum { N = 13, IC = 40, OC = 24, MANY = 33 };
     const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
@@ -776,6 +776,16 @@ static void test_linear_cache(void) {
     DIRECT(w, IC, OC);
     ok_trusted &= memcmp(before, out, no * 4) != 0;
     int ok_ended = memcmp(out, ref, no * 4) == 0;
+    /* a new promise over the same range is a new promise: what changed in between is seen */
+    mha_i8_weights_fixed(w, nw * 4);
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* checked under it */
+    mha_i8_weights_fixed(NULL, 0);
+    w[4 * IC + 1] = 3.0f;
+    mha_i8_weights_fixed(w, nw * 4);
+    mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
+    DIRECT(w, IC, OC);
+    ok_ended &= memcmp(out, ref, no * 4) == 0;
+    mha_i8_weights_fixed(NULL, 0);
     /* MANY matrices in turn, three rounds, from an empty cache */
     float *many = test_malloc((size_t)(MANY + 1) * nw * 4);
     for (size_t i = 0; i < (size_t)(MANY + 1) * nw; i++) many[i] = 0.1f * gen();
@@ -806,7 +816,7 @@ static void test_linear_cache(void) {
     test_expect("linear cache: weights promised fixed are not compared again (a broken promise keeps the packing)",
                 ok_trusted);
     test_expect("linear cache: weights outside the promised range are compared", ok_outside);
-    test_expect("linear cache: after the promise ends, changed weights are repacked", ok_ended);
+    test_expect("linear cache: after the promise ends, or a new one starts, changed weights are repacked", ok_ended);
     char what[160];
     snprintf(what, sizeof what, "linear cache: 33 matrices in turn == pack_w + gemm, hits %lu/%lu/%lu (0/32/32)",
              round_hits[0], round_hits[1], round_hits[2]);

@@ -707,8 +707,8 @@ static void test_linear_rows_alone(void) {
         for (int i = 0; i < 3; i++) {
             if (!t[i]) printf("linear rows alone %s: skipped (this CPU lacks its instructions)\n", names[i]);
             else if (i == 0 && !mha_f32_rows_batch_invariant())
-                printf("linear rows alone fp32: skipped (OpenBLAS's %s kernels give a row other bits at "
-                       "another position in a tile)\n", openblas_get_corename());
+                printf("linear rows alone fp32: skipped (OpenBLAS's %s kernels are not known to give a row "
+                       "the same bits in any batch)\n", openblas_get_corename());
             else test_linear_rows_alone_table(t[i], names[i], threads);
         }
     }

@@ -150,8 +150,8 @@ static void test_same_bits(int precision, int variant) {
         const int batches[2] = {1, 7};
         const int invariant = precision != FP32 || mha_f32_rows_batch_invariant();
         if (!invariant && round == 0)
-            printf("fp32 batches of 1 and 7: not checked (OpenBLAS's kernels for this CPU give a row other "
-                   "bits at another position in a tile)\n");
+            printf("fp32 batches of 1 and 7: not checked (OpenBLAS's kernels for this CPU are not known "
+                   "to give a row the same bits in any batch)\n");
         for (int i = 0; i < 2 && invariant; i++) {
             run_batches(&m, &ds, precision, i ? THREADS : 1, i ? 2 : 0, batches[i], &r);
             snprintf(what, sizeof what, "%s, %s, params %d, batches of %d%s", precision_name[precision],
