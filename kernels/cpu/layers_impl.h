@@ -21,8 +21,8 @@
  * one (b, h) per OpenMP task with BLAS forced single-threaded for the duration.
  * Re-entrant across host threads: the scratch (the attention's, a linear layer's padded rows)
  * is one cached buffer per instantiation and per calling thread (_Thread_local), shared by the
- * threads of that call's region, so several host threads (e.g. model/evaluate.c's workers) may run ops at once on
- * their own data.
+ * threads of that call's region, so several host threads (e.g. model/evaluate.c's workers)
+ * may run ops at once on their own data.
  */
 #include <omp.h>
 #include <stdio.h>
