@@ -10,8 +10,10 @@
 #    2 of 120 lines may differ, near-ties) and their probabilities within 1e-4; --eval on cuda
 #    reports the cpu's accuracy;
 #  - training in bf16 on cuda finishes with no skipped update and a lower loss at the end.
+# MHA_CUDA_CLI_EPOCHS (default 3): the tiny config's epochs (41 updates each). The emulated
+# build (test cuda_cli_emu, tests/cuda/meson.build) runs 1: its kernels run as host fibers.
 source "$(dirname "$0")/lib.sh" "$@"
-tiny_config "$TMP/c.json" "$TMP/cuda"
+tiny_config "$TMP/c.json" "$TMP/cuda" "${MHA_CUDA_CLI_EPOCHS:-3}"
 probe=$("$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/probe" \
           --max-steps 1 --quiet 2>&1 >/dev/null)
 rc=$?
