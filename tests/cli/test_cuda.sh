@@ -2,6 +2,8 @@
 # tests/cli/test_cuda.sh (suite cuda): both programs end to end on the GPU, on the tiny config
 # of lib.sh. Exit 77 (skipped) where train.device = "cuda" cannot run (no device visible, or a
 # build without CUDA). Checks:
+#  - train.device = "auto" picks cuda; a model too large for the GPU fails with exit 1 and the
+#    out-of-memory message (the size asked, batch_size and max_len to lower);
 #  - training on cuda in fp32: its losses follow the cpu run's over the first 40 updates (the
 #    same batches and dropout masks; relative gap < 1e-3, as tests/cuda/test_cuda_model.c);
 #  - a cuda run stopped mid-epoch and resumed logs the uninterrupted cuda run's losses, bit for
@@ -22,6 +24,15 @@ if [ $rc != 0 ] && grep -q 'train.device = "cuda" but' <<<"$probe"; then
   exit 77
 fi
 [ $rc = 0 ] || { fail "a 1-update run on cuda failed: $probe"; finish; }
+
+# train.device = "auto" (the default) picks the GPU
+auto=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/auto" --max-steps 1 2>&1 >/dev/null)
+grep -q '^model: .* backend cuda' <<<"$auto" || fail "train.device = auto did not pick cuda: $(grep '^model:' <<<"$auto")"
+# A model too large for any GPU: exit 1, the size asked and what to lower (nothing trained)
+ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
+expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 4096 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
+    "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/oom" --set train.batch_size=4096 \
+    --set data.max_len=65536 --set model.d_model=2048 --set model.n_heads=8 --set model.d_ff=4096 --quiet
 
 losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
