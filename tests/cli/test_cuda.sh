@@ -29,7 +29,6 @@ fi
 auto=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/auto" --max-steps 1 2>&1 >/dev/null)
 grep -q '^model: .* backend cuda' <<<"$auto" || fail "train.device = auto did not pick cuda: $(grep '^model:' <<<"$auto")"
 # A model too large for any GPU: exit 1, the size asked and what to lower (nothing trained)
-ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
 expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 4096 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/oom" --set train.batch_size=4096 \
     --set data.max_len=65536 --set model.d_model=2048 --set model.n_heads=8 --set model.d_ff=4096 --quiet

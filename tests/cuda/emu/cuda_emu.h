@@ -506,7 +506,9 @@ inline void run_block(int nthreads, std::function<void()> &fn) {
          * AddressSanitizer's swapcontext does: it clears the shadow of the whole stack it
          * finds there on every switch into the fiber (twice 32 KiB of memset, half the time
          * of a training step). A fiber only ever ends by returning from the kernel, which
-         * unpoisons its frames, so the shadow is already clear: hide the size from it. */
+         * unpoisons its frames, so the shadow is already clear: hide the size from it. (The
+         * clearing also wiped the redzones of a frame waiting at a barrier, so an overflow of a
+         * kernel's local array after a __syncthreads() went unseen; now it shows.) */
         f.ctx.uc_stack.ss_size = 0;
         f.done = false;
         f.at = SyncSite{"(start)", 0, kRunnable};
