@@ -5,7 +5,9 @@
 #  - train.device = "auto" picks cuda; a model too large for the GPU fails with exit 1 and the
 #    out-of-memory message (the size asked, batch_size and max_len to lower);
 #  - training on cuda in fp32: its losses follow the cpu run's over the first 40 updates (the
-#    same batches and dropout masks; relative gap < 1e-3, as tests/cuda/test_cuda_model.c);
+#    same batches and dropout masks; relative gap < 1e-3, as tests/cuda/test_cuda_model.c),
+#    and so do 8 updates of five variants of the model (pooling, activation, norm, positions,
+#    causal, the materialising attention, attention dropout, accumulation, depth 0 and 2);
 #  - a cuda run stopped mid-epoch and resumed logs the uninterrupted cuda run's losses, bit for
 #    bit (the kernels are deterministic);
 #  - mha-predict --device cuda on the model trained there: the labels of --device cpu (at most
@@ -35,17 +37,44 @@ expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buf
 
 losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
+# loss_gap DIR_A DIR_B N: the worst relative gap of their first N losses ("missing" when short)
+loss_gap() {
+  paste <(losses "$1" | head -"$3") <(losses "$2" | head -"$3") |
+    awk -v want="$3" 'NF == 2 { n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d }
+                      END { if (n == want) printf "%.3g", w; else print "missing" }'
+}
+
 # fp32 on cuda against the cpu
 "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --quiet >/dev/null 2>"$TMP/cuda.err" \
   || fail "training on cuda failed: $(tail -3 "$TMP/cuda.err")"
 "$TRAIN" --config "$TMP/c.json" --set train.device=cpu --set output.dir="$TMP/cpu" --quiet >/dev/null \
   2>"$TMP/cpu.err" || fail "training on the cpu failed: $(tail -3 "$TMP/cpu.err")"
-gap=$(paste <(losses "$TMP/cuda" | head -40) <(losses "$TMP/cpu" | head -40) |
-      awk 'NF == 2 { n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d }
-           END { if (n == 40) printf "%.3g", w; else print "missing" }')
+gap=$(loss_gap "$TMP/cuda" "$TMP/cpu" 40)
 [ "$gap" != missing ] && awk -v g="$gap" 'BEGIN { exit !(g < 1e-3) }' \
   || fail "cuda losses leave the cpu run's over 40 updates: worst relative gap $gap"
 echo "fp32 cuda vs cpu, 40 updates: worst relative loss gap $gap"
+
+# the model's other variants (pooling, activation, norm, positions, causal, attention path and
+# dropout, accumulation, smoothing, depth): 8 updates each on cuda and on the cpu, same losses
+v=0
+while read -r -a opts; do
+  v=$((v + 1))
+  for dev in cuda cpu; do
+    "$TRAIN" --config "$TMP/c.json" --set train.device=$dev --set output.dir="$TMP/v$v-$dev" \
+      --max-steps 8 --quiet "${opts[@]}" >/dev/null 2>"$TMP/v$v-$dev.err" \
+      || fail "${opts[*]} on $dev failed: $(tail -3 "$TMP/v$v-$dev.err")"
+  done
+  gap=$(loss_gap "$TMP/v$v-cuda" "$TMP/v$v-cpu" 8)
+  [ "$gap" != missing ] && awk -v g="$gap" 'BEGIN { exit !(g < 1e-3) }' \
+    || fail "${opts[*]}: cuda losses leave the cpu run's over 8 updates: worst relative gap $gap"
+  echo "variant ${opts[*]}: worst relative loss gap $gap over 8 updates"
+done <<'VARIANTS'
+--set model.pooling=cls --set model.activation=gelu
+--set model.pooling=max --set model.norm=pre --set model.attn_dropout=0.1
+--set model.causal=true --set model.attention=math --set model.attn_dropout=0.1
+--set train.grad_accum=3 --set train.label_smoothing=0.1 --set model.n_layers=2
+--set model.position=sinusoidal --set model.n_layers=0
+VARIANTS
 
 # stopped after 17 updates (mid-epoch) and resumed on cuda: the same losses, bit for bit
 "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/part" --max-steps 17 \
