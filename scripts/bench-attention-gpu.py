@@ -275,9 +275,9 @@ def rel(a, ref):
 def check(path, torch):
     cases = read_cases(path, torch)
     bad = 0
-    for c in cases:
+    for i, c in enumerate(cases):   # case i: bench_attention's "dumped case i: ... kernel=" line
         out, lse, dqkv = reference(torch, c)
-        tag = (f"B={c['B']} T={c['T']} C={c['C']} NH={c['NH']} causal={c['causal']} "
+        tag = (f"case {i}: B={c['B']} T={c['T']} C={c['C']} NH={c['NH']} causal={c['causal']} "
                f"p={c['p']:.2f}")
         for name, ours, ref in [("fused out", c["out"], out), ("fused lse", c["lse"], lse),
                                 ("fused dqkv", c["dqkv"], dqkv), ("math out", c["out_math"], out),

@@ -1,4 +1,7 @@
-/* kernels/cuda/attention_flash.cu: fused (FlashAttention-style) attention in fp32.
+/* kernels/cuda/attention_flash.cu: fused (FlashAttention-style) attention in fp32 on FFMA
+ * (CUDA cores). The fp32 table's entry points are here; they hand heads of size <= 64 to the
+ * tf32x3 tensor-core kernels of attention_flash_tc.cu unless MHA_CUDA_FP32_ATTENTION=simt (or
+ * the GPU is older than sm_80): see mha_cuda.h.
  *
  * Never holds a (T, T) matrix. Heads of size HS <= 128 run on kernels templated on
  * D in {16, 32, 64, 128}, the smallest that holds HS: columns HS..D-1 are zero-filled in shared
@@ -492,6 +495,10 @@ void mha_cu_attention_forward_fused(float *out, float *lse, const float *qkv, co
                                     uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    if (mha_cu_fp32_attention_tc(a.hs)) {
+        mha_cu_attention_forward_fused_tf32x3(out, lse, qkv, lengths, B, T, C, NH, causal, p_drop, seed);
+        return;
+    }
     if (a.hs <= 16) fa_forward_launch<16, 64, 64>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 32) fa_forward_launch<32, 64, 64>(out, lse, qkv, lengths, B, a);
     else if (a.hs <= 64) fa_forward_launch<64, 64, 64>(out, lse, qkv, lengths, B, a);
@@ -504,6 +511,11 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
                                      uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    if (mha_cu_fp32_attention_tc(a.hs)) {
+        mha_cu_attention_backward_fused_tf32x3(dqkv, dout, out, qkv, lse, lengths, B, T, C, NH, causal,
+                                               p_drop, seed);
+        return;
+    }
     const float *Di = fused_rowdot_do_o<false>(dout, out, lengths, B, a);   /* (B, NH, T) */
     if (a.hs <= 16) fa_backward_launch<16, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 32) fa_backward_launch<32, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);

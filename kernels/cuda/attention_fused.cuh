@@ -1,5 +1,5 @@
 /* kernels/cuda/attention_fused.cuh: what the two fused attention implementations share
- * (attention_flash.cu in fp32, attention_flash_bf16.cu on bf16 tensor cores): their
+ * (attention_flash.cu in fp32, attention_flash_tc.cu on tensor cores): their
  * arguments and the checks on them, an example's length, the dropout decision of the counter
  * RNG, the output of an all-padding query tile, and Di = rowsum(dO o O) for the backward.
  * Defined once so that the two kernels cannot drift apart in what they compute. */

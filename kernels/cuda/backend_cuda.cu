@@ -1,7 +1,7 @@
 /* kernels/cuda/backend_cuda.cu: the CUDA backend's table, memory, scratch and errors.
  *
  * Two tables share everything: fp32, and mixed precision (bf16 products, see gemm_bf16.cu and
- * attention_flash_bf16.cu). mha_cuda_backend() returns NULL with a reason when no device is
+ * attention_flash_tc.cu). mha_cuda_backend() returns NULL with a reason when no device is
  * visible (or bf16 is asked of a GPU older than sm_80), so a build with
  * CUDA still runs (and its GPU tests skip) on machines without one. Device failures after
  * that are fatal with file:line and a hint (see cuda_common.h); only alloc() reports out of
@@ -268,6 +268,21 @@ void *mha_cu_scratch(int slot, size_t bytes) {
 
 static Backend g_table, g_table_bf16;   /* fp32, and mixed precision (bf16 products) */
 static int g_ready = 0;
+static int g_major = 0;                              /* compute capability of the device */
+static int g_fp32_attention = MHA_CUDA_ATTN_SIMT;    /* set when the backend starts */
+
+extern "C" int mha_cuda_fp32_attention(void) { return g_fp32_attention; }
+
+extern "C" int mha_cuda_set_fp32_attention(int kind) {
+    if (!g_ready || (kind != MHA_CUDA_ATTN_SIMT && kind != MHA_CUDA_ATTN_TF32X3)) return -1;
+    if (kind == MHA_CUDA_ATTN_TF32X3 && g_major < 8) return -1;
+    g_fp32_attention = kind;
+    return 0;
+}
+
+int mha_cu_fp32_attention_tc(int hs) {
+    return g_fp32_attention == MHA_CUDA_ATTN_TF32X3 && hs <= MHA_CU_TF32X3_MAX_HS;
+}
 
 static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }
 
@@ -349,6 +364,28 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
         }
         const char *sync = getenv("MHA_CUDA_SYNC");
         g_sync_each_launch = sync && *sync && strcmp(sync, "0") != 0;
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *att = getenv("MHA_CUDA_FP32_ATTENTION");
+        if (att && *att && strcmp(att, "simt") != 0 && strcmp(att, "tf32x3") != 0) {
+            if (why && why_len)
+                snprintf(why, why_len, "MHA_CUDA_FP32_ATTENTION=%s: expected simt or tf32x3 (or unset: "
+                         "tf32x3 on sm_80 and newer)", att);
+            cublasDestroy(g_cublas);
+            g_cublas = nullptr;
+            return nullptr;
+        }
+        if (att && strcmp(att, "simt") == 0) g_fp32_attention = MHA_CUDA_ATTN_SIMT;
+        else if (g_major >= 8) g_fp32_attention = MHA_CUDA_ATTN_TF32X3;
+        else if (att && *att) {
+            if (why && why_len)
+                snprintf(why, why_len, "MHA_CUDA_FP32_ATTENTION=tf32x3 needs a GPU of compute capability "
+                         "8.0 or newer (this one is %d.x); unset it", g_major);
+            cublasDestroy(g_cublas);
+            g_cublas = nullptr;
+            return nullptr;
+        }
         fill_table(&g_table);
         fill_table_bf16(&g_table_bf16);
         g_ready = 1;
@@ -356,16 +393,11 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
     /* TF32 tensor cores for the GEMMs only when asked: fp32 (bit-for-bit closer to the CPU
      * reference) is the default. */
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    if (bf16) {   /* bf16 tensor cores (WMMA, cublasGemmEx with bf16 inputs) need sm_80 */
-        int dev = 0, major = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        if (major < 8) {
-            if (why && why_len)
-                snprintf(why, why_len, "train.precision = \"bf16\" needs a GPU of compute "
-                         "capability 8.0 or newer (this one is %d.x); use \"fp32\"", major);
-            return nullptr;
-        }
+    if (bf16 && g_major < 8) {   /* bf16 tensor cores (WMMA, cublasGemmEx with bf16 inputs) need sm_80 */
+        if (why && why_len)
+            snprintf(why, why_len, "train.precision = \"bf16\" needs a GPU of compute "
+                     "capability 8.0 or newer (this one is %d.x); use \"fp32\"", g_major);
+        return nullptr;
     }
     if (why && why_len) why[0] = '\0';
     return bf16 ? &g_table_bf16 : &g_table;

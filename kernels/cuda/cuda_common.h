@@ -179,8 +179,10 @@ void mha_cu_linear_forward_post_bf16(float *out, float *pre, const float *inp, c
 void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
                                  const float *inp, const float *w, int N, int IC, int OC,
                                  int dinp_accumulate);
-/* attention_flash_bf16.cu: the fused attention with bf16 tensor-core products (WMMA), fp32
- * softmax statistics and accumulation; same contract as attention_flash.cu */
+/* attention_flash_tc.cu: the fused attention with tensor-core products (WMMA), fp32 softmax
+ * statistics and accumulation; same contract as attention_flash.cu. bf16: the mixed-precision
+ * table's (HS <= 128). tf32x3: fp32 accuracy from three tf32 products per product, HS <= 64;
+ * mha_cu_attention_*_fused (the fp32 table's) route to it when mha_cu_fp32_attention_tc(hs). */
 void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,
                                          const int32_t *lengths, int B, int T, int C, int NH,
                                          int causal, float p_drop, uint64_t seed);
@@ -188,6 +190,17 @@ void mha_cu_attention_backward_fused_bf16(float *dqkv, const float *dout, const 
                                           const float *qkv, const float *lse,
                                           const int32_t *lengths, int B, int T, int C, int NH,
                                           int causal, float p_drop, uint64_t seed);
+#define MHA_CU_TF32X3_MAX_HS 64
+void mha_cu_attention_forward_fused_tf32x3(float *out, float *lse, const float *qkv,
+                                           const int32_t *lengths, int B, int T, int C, int NH,
+                                           int causal, float p_drop, uint64_t seed);
+void mha_cu_attention_backward_fused_tf32x3(float *dqkv, const float *dout, const float *out,
+                                            const float *qkv, const float *lse,
+                                            const int32_t *lengths, int B, int T, int C, int NH,
+                                            int causal, float p_drop, uint64_t seed);
+/* backend_cuda.cu: 1 when the fp32 fused attention of heads of size hs runs on the tf32x3
+ * kernels (mha_cuda_fp32_attention() is MHA_CUDA_ATTN_TF32X3 and hs <= 64), 0 for FFMA */
+int mha_cu_fp32_attention_tc(int hs);
 /* pool.cu */
 void mha_cu_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,
                          int B, int T, int C, int mode);

@@ -24,6 +24,19 @@ void mha_cuda_reset_peak(void);
 /* Device name and free/total memory in one line, e.g. for a training log. */
 void mha_cuda_describe(char *buf, size_t len);
 
+/* The kernel behind the fp32 table's fused attention for heads of size <= 64:
+ *   MHA_CUDA_ATTN_TF32X3: its products on tf32 tensor cores, each operand split into two tf32
+ *     parts and three products summed (fp32 accuracy, as PyTorch's fp32 memory-efficient
+ *     attention); the default on sm_80 and newer;
+ *   MHA_CUDA_ATTN_SIMT: plain fp32 FFMA on the CUDA cores (always used for larger heads and
+ *     before sm_80).
+ * The environment variable MHA_CUDA_FP32_ATTENTION=tf32x3|simt sets it when the backend
+ * starts. set returns 0, or -1 when the GPU cannot run the kernel asked for (tf32x3 before
+ * sm_80) or the backend has not started. */
+enum { MHA_CUDA_ATTN_SIMT = 0, MHA_CUDA_ATTN_TF32X3 = 1 };
+int mha_cuda_fp32_attention(void);
+int mha_cuda_set_fp32_attention(int kind);
+
 #ifdef __cplusplus
 }
 #endif

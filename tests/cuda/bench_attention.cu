@@ -3,12 +3,15 @@
  * to check against a float64 reference.
  *
  *   bench_attention [--tokens 32768] [--hs 64] [--nh 8] [--T 128,512,2048,8192] [--causal 0|1]
- *                   [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] [--dump FILE]
+ *                   [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] [--no-alt] [--dump FILE]
  *                   [--budget-ms 400]
  *
- * --dtype (default fp32): fp32 runs the fp32 fused kernel (and the materialising path);
- * bf16 runs the mixed-precision fused kernel (train.precision = "bf16": bf16 WMMA products,
- * fp32 softmax; inputs and outputs fp32 as in training). The materialising path is fp32 only.
+ * --dtype (default fp32): fp32 runs the fp32 table's fused attention (and the materialising
+ * path) as impl=mha-fused, on the kernel the model uses (kernel=tf32x3 for HS <= 64 on sm_80+,
+ * else simt; see kernels/cuda/mha_cuda.h), and the other fp32 kernel too where it can run, as
+ * impl=mha-fused-simt or mha-fused-tf32x3 (--no-alt skips it); bf16 runs the mixed-precision
+ * fused kernel (train.precision = "bf16": bf16 WMMA products, fp32 softmax; inputs and
+ * outputs fp32 as in training). The materialising path is fp32 only.
  *
  * Per T: B = tokens / T examples, lengths[b] = T/2 + floor(u * (T - T/2 + 1)) with
  * u = mha_rng_uniform(7, b) (the Python side computes the same lengths). FLOPs count real
@@ -17,8 +20,11 @@
  * --input (default padded): unpadded also (or only) times every length = T, the case PyTorch's
  * FLASH kernel handles (the materialising path runs on padded input only).
  * Prints one line per (impl, dtype, input, T):
- *   RESULT impl=mha-fused dtype=fp32|bf16 input=padded|unpadded T=.. B=.. NH=.. HS=.. causal=..
- *          real_tokens=.. fwd_ms=.. fwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=.. peak_mib=..
+ *   RESULT impl=mha-fused dtype=fp32|bf16 input=padded|unpadded kernel=tf32x3|simt|wmma-bf16
+ *          T=.. B=.. NH=.. HS=.. causal=.. real_tokens=.. fwd_ms=.. fwd_tflops=.. fwdbwd_ms=..
+ *          fwdbwd_tflops=.. peak_mib=..
+ * --dump FILE writes the float64 check's cases, once per fp32 kernel (a line per case says
+ * which kernel its record holds).
  * Exits 77 when no CUDA device is visible.
  */
 #include <cuda_runtime.h>
@@ -42,6 +48,8 @@ extern "C" {
 
 static const Backend *be;     /* fp32: memory, the dump, the materialising path */
 static const Backend *be16;   /* mixed precision (--dtype bf16) */
+
+struct Shape { int B, T, NH, HS, causal; };
 
 __global__ void fill_kernel(float *x, size_t n, uint64_t seed, float lo, float hi) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -150,31 +158,56 @@ static void dump_case(FILE *f, int B, int T, int NH, int HS, int causal, float p
     for (void *x : all) be->free(x);
 }
 
+static const char *fp32_kernel_name(int kind, int HS) {
+    return kind == MHA_CUDA_ATTN_TF32X3 && HS <= 64 ? "tf32x3" : "simt";
+}
+
+/* The fp32 kernels this GPU can run: the default first, then the other one if it can. */
+static std::vector<int> fp32_kernels(void) {
+    const int k0 = mha_cuda_fp32_attention();
+    std::vector<int> ks{k0};
+    const int other = k0 == MHA_CUDA_ATTN_TF32X3 ? MHA_CUDA_ATTN_SIMT : MHA_CUDA_ATTN_TF32X3;
+    if (mha_cuda_set_fp32_attention(other) == 0) ks.push_back(other);
+    mha_cuda_set_fp32_attention(k0);
+    return ks;
+}
+
 static int write_dump(const char *path) {
     FILE *f = fopen(path, "wb");
     if (!f) {
         fprintf(stderr, "bench_attention: cannot write %s\n", path);
         return 1;
     }
-    dump_case(f, 3, 77, 2, 64, 0, 0.0f, 11);
-    dump_case(f, 4, 130, 3, 16, 1, 0.1f, 12);
-    dump_case(f, 2, 33, 2, 128, 0, 0.1f, 13);
-    dump_case(f, 3, 200, 2, 4, 1, 0.0f, 14);
-    dump_case(f, 2, 300, 4, 32, 0, 0.2f, 15);
+    static const Shape cases[5] = {{3, 77, 2, 64, 0}, {4, 130, 3, 16, 1}, {2, 33, 2, 128, 0},
+                                   {3, 200, 2, 4, 1}, {2, 300, 4, 32, 0}};
+    static const float ps[5] = {0.0f, 0.1f, 0.1f, 0.0f, 0.2f};
+    const int k0 = mha_cuda_fp32_attention();
+    int n = 0;
+    for (int kind : fp32_kernels()) {
+        mha_cuda_set_fp32_attention(kind);
+        for (int c = 0; c < 5; c++) {
+            const Shape &s = cases[c];
+            if (kind != k0 && s.HS > 64) continue;   /* the same (simt) kernel as in the first pass */
+            dump_case(f, s.B, s.T, s.NH, s.HS, s.causal, ps[c], 11 + c);
+            printf("dumped case %d: B=%d T=%d NH=%d HS=%d causal=%d kernel=%s\n", n++, s.B, s.T, s.NH,
+                   s.HS, s.causal, fp32_kernel_name(kind, s.HS));
+        }
+    }
+    mha_cuda_set_fp32_attention(k0);
     fclose(f);
-    printf("dumped 5 attention cases to %s\n", path);
+    printf("dumped %d attention cases to %s\n", n, path);
     return 0;
 }
 
 /* ---- benchmark ---- */
 
-static void report(const char *impl, const char *dtype, const char *input, int T, int B, int NH,
-                   int HS, int causal, long long real, double flops_fwd, double fwd_ms, double fb_ms,
-                   double peak_mib) {
-    printf("RESULT impl=%s dtype=%s input=%s T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
+static void report(const char *impl, const char *dtype, const char *input, const char *kernel, int T,
+                   int B, int NH, int HS, int causal, long long real, double flops_fwd, double fwd_ms,
+                   double fb_ms, double peak_mib) {
+    printf("RESULT impl=%s dtype=%s input=%s kernel=%s T=%d B=%d NH=%d HS=%d causal=%d real_tokens=%lld "
            "fwd_ms=%.4f fwd_tflops=%.2f fwdbwd_ms=%.4f fwdbwd_tflops=%.2f peak_mib=%.1f\n",
-           impl, dtype, input, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9), fb_ms,
-           3.5 * flops_fwd / (fb_ms * 1e9), peak_mib);
+           impl, dtype, input, kernel, T, B, NH, HS, causal, real, fwd_ms, flops_fwd / (fwd_ms * 1e9),
+           fb_ms, 3.5 * flops_fwd / (fb_ms * 1e9), peak_mib);
     fflush(stdout);
 }
 
@@ -189,12 +222,10 @@ static std::vector<std::string> split_commas(const std::string &s) {
     return out;
 }
 
-struct Shape { int B, T, NH, HS, causal; };
-
 /* Times the fused kernel in every dtype (and the materialising path in fp32 on padded input)
  * for one T and one kind of input, printing a RESULT line each. */
 static void bench_case(const Shape &s, bool unpadded, const std::vector<std::string> &dlist,
-                       bool do_math, double budget) {
+                       bool do_math, bool do_alt, double budget) {
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, causal = s.causal, C = NH * HS;
     const char *input = unpadded ? "unpadded" : "padded";
     std::vector<int32_t> len = unpadded ? std::vector<int32_t>(B, T) : make_lengths(B, T);
@@ -216,18 +247,34 @@ static void bench_case(const Shape &s, bool unpadded, const std::vector<std::str
     fill(qkv, nqkv, 1, -1.5f, 1.5f);
     fill(dout, nout, 2, -1.0f, 1.0f);
     be->zero(dqkv, nqkv * 4);
+    /* each (dtype, kernel) to time: impl name, table, fp32 kernel (-1: bf16) */
+    struct Run { std::string impl, dtype; const Backend *table; int kind; };
+    std::vector<Run> runs;
+    const int k0 = mha_cuda_fp32_attention();
     for (const std::string &d : dlist) {
-        const Backend *fb = d == "bf16" ? be16 : be;
+        if (d == "bf16") {
+            runs.push_back({"mha-fused", d, be16, -1});
+            continue;
+        }
+        for (int kind : fp32_kernels()) {
+            if (kind == k0) runs.push_back({"mha-fused", d, be, kind});
+            else if (do_alt && HS <= 64)
+                runs.push_back({std::string("mha-fused-") + fp32_kernel_name(kind, HS), d, be, kind});
+        }
+    }
+    for (const Run &r : runs) {
+        if (r.kind >= 0) mha_cuda_set_fp32_attention(r.kind);
         mha_cuda_reset_peak();
         double f_ms = time_ms([&] {
-            fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            r.table->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
         }, budget);
         double fb_ms = time_ms([&] {
-            fb->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
-            fb->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
+            r.table->attention_forward_fused(out, lse, qkv, dlen, B, T, C, NH, causal, 0.0f, 0);
+            r.table->attention_backward_fused(dqkv, dout, out, qkv, lse, dlen, B, T, C, NH, causal, 0.0f, 0);
         }, budget);
-        report("mha-fused", d.c_str(), input, T, B, NH, HS, causal, real, flops, f_ms, fb_ms,
-               (mha_cuda_peak_bytes() - base) / 1048576.0);
+        report(r.impl.c_str(), r.dtype.c_str(), input, r.kind >= 0 ? fp32_kernel_name(r.kind, HS) : "wmma-bf16",
+               T, B, NH, HS, causal, real, flops, f_ms, fb_ms, (mha_cuda_peak_bytes() - base) / 1048576.0);
+        mha_cuda_set_fp32_attention(k0);
     }
 
     const bool fp32_listed = std::find(dlist.begin(), dlist.end(), "fp32") != dlist.end();
@@ -248,7 +295,7 @@ static void bench_case(const Shape &s, bool unpadded, const std::vector<std::str
                 be->attention_backward_math(dqkv, datt, dout, qkv, att, dlen, B, T, C, NH, causal,
                                             0.0f, 0);
             }, budget);
-            report("mha-math", "fp32", input, T, B, NH, HS, causal, real, flops, mf, mfb,
+            report("mha-math", "fp32", input, "cublas", T, B, NH, HS, causal, real, flops, mf, mfb,
                    (mha_cuda_peak_bytes() - base) / 1048576.0);
             be->free(att);
             be->free(datt);
@@ -260,7 +307,7 @@ static void bench_case(const Shape &s, bool unpadded, const std::vector<std::str
 
 int main(int argc, char **argv) {
     long long tokens = 32768;
-    int HS = 64, NH = 8, causal = 0, do_math = 1;
+    int HS = 64, NH = 8, causal = 0, do_math = 1, do_alt = 1;
     double budget = 400;
     std::string Ts = "128,512,2048,8192", dtypes = "fp32", inputs = "padded";
     const char *dump = nullptr;
@@ -281,11 +328,12 @@ int main(int argc, char **argv) {
         else if (a == "--dtype") dtypes = next();
         else if (a == "--input") inputs = next();
         else if (a == "--no-math") do_math = 0;
+        else if (a == "--no-alt") do_alt = 0;
         else if (a == "--dump") dump = next();
         else if (a == "--budget-ms") budget = atof(next());
         else {
             fprintf(stderr, "usage: bench_attention [--tokens N] [--hs HS] [--nh NH] [--T 128,512] "
-                            "[--causal 0|1] [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] "
+                            "[--causal 0|1] [--dtype fp32,bf16] [--input padded,unpadded] [--no-math] [--no-alt] "
                             "[--dump FILE] [--budget-ms MS]\n");
             return 2;
         }
@@ -323,7 +371,7 @@ int main(int argc, char **argv) {
         int B = (int)(tokens / T);
         if (B < 1) B = 1;
         for (const std::string &k : ilist)
-            bench_case(Shape{B, T, NH, HS, causal}, k == "unpadded", dlist, do_math, budget);
+            bench_case(Shape{B, T, NH, HS, causal}, k == "unpadded", dlist, do_math, do_alt, budget);
     }
     return 0;
 }

@@ -5,13 +5,15 @@
  * fails), outputs it accumulates into (+=) are pre-filled with the same random values.
  * Pass: max|gpu - cpu| / max|cpu| < 1e-5 (fp32), exact for integer outputs; any NaN fails.
  * Also: determinism (embedding and fused-attention backward twice, bitwise equal) and the
- * fused attention against the materialising one on the GPU.
+ * fused attention against the materialising one on the GPU. The fused attention is checked on
+ * both kernels of the fp32 table (tf32x3 tensor cores for HS <= 64, and FFMA).
  *
  * Without a visible CUDA device: prints "SKIP: no CUDA device visible" and exits 77.
  * Run a subset: MHA_TEST_FILTER=attention (substring of the check names). MHA_TEST_EMU=1
  * (set by the cuda-emu suite) runs a smaller set of cases for the slow host emulation.
  */
 #include "tests/cuda/paired.h"
+#include "kernels/cuda/mha_cuda.h"
 
 #define TOL 1e-5
 
@@ -268,51 +270,81 @@ static void test_attention(int B, int T, int NH, int HS, int causal, float p, in
     snprintf(n2, sizeof n2, "%s math dqkv", name);
     cmp_f(n2, dqkv, nqkv, TOL);
 
-    /* fused path */
-    Buf *fout = out_poison(nout, 4), *lse = out_poison(nlse, 4);
-    cpu->attention_forward_fused(FC(fout), FC(lse), FC(qkv), IC(len), B, T, C, NH, causal, p, seed);
-    gpu->attention_forward_fused(F(fout), F(lse), F(qkv), I(len), B, T, C, NH, causal, p, seed);
-    snprintf(n2, sizeof n2, "%s fused out", name);
-    cmp_f(n2, fout, nout, TOL);
-    snprintf(n2, sizeof n2, "%s fused lse", name);
-    cmp_f(n2, lse, nlse, TOL);
-    snprintf(n2, sizeof n2, "%s fused out vs math out (gpu)", name);
-    cmp_gpu_gpu(n2, F(fout), F(out), nout, TOL);
-    /* backward from the cpu forward's out and lse, uploaded to both */
-    float *ho = malloc(nout * 4 + 1), *hlse = malloc(nlse * 4 + 1);
-    cpu->to_host(ho, fout->c, nout * 4);
-    cpu->to_host(hlse, lse->c, nlse * 4);
-    Buf *o_in = in_f(ho, nout), *lse_in = in_f(hlse, nlse);
-    free(ho);
-    free(hlse);
-    Buf *fdqkv = in_rand(nqkv, -1, 1);
-    cpu->attention_backward_fused(FC(fdqkv), FC(dout), FC(o_in), FC(qkv), FC(lse_in), IC(len), B, T,
-                                  C, NH, causal, p, seed);
-    gpu->attention_backward_fused(F(fdqkv), F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
-                                  causal, p, seed);
-    snprintf(n2, sizeof n2, "%s fused dqkv", name);
-    cmp_f(n2, fdqkv, nqkv, TOL);
+    /* fused path, on each kernel the fp32 table runs for this head size: tf32x3 (tensor cores,
+     * HS <= 64 on sm_80+) and FFMA (simt); the same tolerances for both */
+    int kinds[2], nk = 0;
+    const int kind0 = mha_cuda_fp32_attention();
+    if (HS <= 64 && mha_cuda_set_fp32_attention(MHA_CUDA_ATTN_TF32X3) == 0) kinds[nk++] = MHA_CUDA_ATTN_TF32X3;
+    kinds[nk++] = MHA_CUDA_ATTN_SIMT;
+    float *kout[2] = {NULL, NULL};
+    Buf *o_in = NULL, *lse_in = NULL;
+    for (int k = 0; k < nk; k++) {
+        mha_cuda_set_fp32_attention(kinds[k]);
+        const char *kn = kinds[k] == MHA_CUDA_ATTN_TF32X3 ? "fused[tf32x3]" : "fused[simt]";
+        Buf *fout = out_poison(nout, 4), *lse = out_poison(nlse, 4);
+        cpu->attention_forward_fused(FC(fout), FC(lse), FC(qkv), IC(len), B, T, C, NH, causal, p, seed);
+        gpu->attention_forward_fused(F(fout), F(lse), F(qkv), I(len), B, T, C, NH, causal, p, seed);
+        snprintf(n2, sizeof n2, "%s %s out", name, kn);
+        cmp_f(n2, fout, nout, TOL);
+        snprintf(n2, sizeof n2, "%s %s lse", name, kn);
+        cmp_f(n2, lse, nlse, TOL);
+        snprintf(n2, sizeof n2, "%s %s out vs math out (gpu)", name, kn);
+        cmp_gpu_gpu(n2, F(fout), F(out), nout, TOL);
+        kout[k] = gpu->alloc(nout * 4);
+        gpu->copy(kout[k], F(fout), nout * 4);
+        if (!o_in) {   /* backward from the cpu forward's out and lse, uploaded to both */
+            float *ho = malloc(nout * 4 + 1), *hlse = malloc(nlse * 4 + 1);
+            cpu->to_host(ho, fout->c, nout * 4);
+            cpu->to_host(hlse, lse->c, nlse * 4);
+            o_in = in_f(ho, nout);
+            lse_in = in_f(hlse, nlse);
+            free(ho);
+            free(hlse);
+        }
+        Buf *fdqkv = in_rand(nqkv, -1, 1);
+        cpu->attention_backward_fused(FC(fdqkv), FC(dout), FC(o_in), FC(qkv), FC(lse_in), IC(len), B, T,
+                                      C, NH, causal, p, seed);
+        gpu->attention_backward_fused(F(fdqkv), F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                      causal, p, seed);
+        snprintf(n2, sizeof n2, "%s %s dqkv", name, kn);
+        cmp_f(n2, fdqkv, nqkv, TOL);
 
-    /* fused backward twice from zero: bitwise equal, and close to the math backward */
-    float *z1 = gpu->alloc(nqkv * 4), *z2 = gpu->alloc(nqkv * 4), *z3 = gpu->alloc(nqkv * 4);
-    float *scratch = gpu->alloc(natt * 4);
-    gpu->zero(z1, nqkv * 4);
-    gpu->zero(z2, nqkv * 4);
-    gpu->zero(z3, nqkv * 4);
-    gpu->attention_backward_fused(z1, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
-                                  causal, p, seed);
-    gpu->attention_backward_fused(z2, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
-                                  causal, p, seed);
-    snprintf(n2, sizeof n2, "%s fused dqkv deterministic", name);
-    cmp_bits_gpu(n2, z1, z2, nqkv * 4);
-    gpu->attention_backward_math(z3, scratch, F(dout), F(qkv), F(att_in), I(len), B, T, C, NH,
-                                 causal, p, seed);
-    snprintf(n2, sizeof n2, "%s fused dqkv vs math dqkv (gpu)", name);
-    cmp_gpu_gpu(n2, z1, z3, nqkv, 2 * TOL);
-    gpu->free(z1);
-    gpu->free(z2);
-    gpu->free(z3);
-    gpu->free(scratch);
+        /* fused backward twice from zero: bitwise equal, and close to the math backward */
+        float *z1 = gpu->alloc(nqkv * 4), *z2 = gpu->alloc(nqkv * 4), *z3 = gpu->alloc(nqkv * 4);
+        float *scratch = gpu->alloc(natt * 4);
+        gpu->zero(z1, nqkv * 4);
+        gpu->zero(z2, nqkv * 4);
+        gpu->zero(z3, nqkv * 4);
+        gpu->attention_backward_fused(z1, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                      causal, p, seed);
+        gpu->attention_backward_fused(z2, F(dout), F(o_in), F(qkv), F(lse_in), I(len), B, T, C, NH,
+                                      causal, p, seed);
+        snprintf(n2, sizeof n2, "%s %s dqkv deterministic", name, kn);
+        cmp_bits_gpu(n2, z1, z2, nqkv * 4);
+        gpu->attention_backward_math(z3, scratch, F(dout), F(qkv), F(att_in), I(len), B, T, C, NH,
+                                     causal, p, seed);
+        snprintf(n2, sizeof n2, "%s %s dqkv vs math dqkv (gpu)", name, kn);
+        cmp_gpu_gpu(n2, z1, z3, nqkv, 2 * TOL);
+        gpu->free(z1);
+        gpu->free(z2);
+        gpu->free(z3);
+        gpu->free(scratch);
+    }
+    if (nk == 2) {   /* the two kernels really ran: their outputs differ in some last bits */
+        float *h0 = malloc(nout * 4 + 1), *h1 = malloc(nout * 4 + 1);
+        gpu->to_host(h0, kout[0], nout * 4);
+        gpu->to_host(h1, kout[1], nout * 4);
+        size_t differ = 0;
+        for (size_t i = 0; i < nout; i++) differ += h0[i] != h1[i];
+        snprintf(n2, sizeof n2, "%s fused: tf32x3 and simt outputs are not the same bits", name);
+        n_checks++;
+        printf("%-4s %-64s %zu of %zu differ\n", differ ? "ok" : "FAIL", n2, differ, nout);
+        CHECK(differ > 0, "%s: the tf32x3 kernel gave the FFMA kernel's bits exactly (not run?)", n2);
+        free(h0);
+        free(h1);
+    }
+    for (int k = 0; k < nk; k++) gpu->free(kout[k]);
+    mha_cuda_set_fp32_attention(kind0);
     free(hl);
     free_all();
 }

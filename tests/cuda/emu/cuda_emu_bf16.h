@@ -1,6 +1,6 @@
 /* tests/cuda/emu/cuda_emu_bf16.h: the mixed-precision slice of the host emulation (included by
  * cuda_emu.h): the bf16 type and its conversions, cublasGemmEx with bf16 operands, and
- * nvcuda::wmma for 16x16x16 bf16 fragments with fp32 accumulators.
+ * nvcuda::wmma for 16x16x16 bf16 and 16x16x8 tf32 fragments with fp32 accumulators.
  *
  * WMMA: every thread holds the whole 16x16 tile of each fragment (row-major), so loads, stores
  * and mma_sync are done redundantly by the 32 threads of a warp; the result is the same as on
@@ -107,11 +107,40 @@ struct accumulator {};
 struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
+namespace precision {
+struct tf32 {};   /* stored as float; the tensor cores read only its top 19 bits */
+}  // namespace precision
+
+/* tf32 of x, rounded to nearest with ties away from zero (cvt.rna.tf32.f32): the low 13
+ * mantissa bits cleared. NaN and infinity pass through. */
+inline float __float_to_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+namespace detail {
+template <class T> struct storage { typedef T type; };
+template <> struct storage<precision::tf32> { typedef float type; };
+/* The shapes the kernels use: 16x16x16 (bf16) and 16x16x8 (tf32); a fragment is the tile its
+ * role covers: matrix_a M x K, matrix_b K x N, accumulator M x N. */
+template <class Use, int M, int N, int K> struct dims {
+    static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
+    static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+};
+}  // namespace detail
 
 template <class Use, int M, int N, int K, class T, class Layout = void>
 struct fragment {
-    static_assert(M == 16 && N == 16 && K == 16, "cuda_emu: only 16x16x16 fragments");
-    T x[256];   /* the whole tile, row-major (row r, column c at x[16 r + c]) */
+    static_assert(M == 16 && N == 16 && (K == 16 || K == 8), "cuda_emu: only 16x16x16 and 16x16x8 fragments");
+    typedef typename detail::storage<T>::type element_type;
+    static constexpr int rows = detail::dims<Use, M, N, K>::rows, cols = detail::dims<Use, M, N, K>::cols;
+    /* the whole tile, row-major (row r, column c at x[cols r + c]); a kernel may apply one
+     * operation to every element (as the hardware allows: the same op on each x[t]) */
+    static constexpr int num_elements = rows * cols;
+    element_type x[rows * cols];
 };
 
 namespace detail {
@@ -127,35 +156,58 @@ inline void check(const T *p, unsigned ldm, const char *what) {
     }
 }
 template <class T>
-inline void load(T *x, const T *p, unsigned ldm, bool row_major_mem) {
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++)
-            x[16 * r + c] = row_major_mem ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+inline void load(T *x, int rows, int cols, const T *p, unsigned ldm, bool row_major_mem) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            x[cols * r + c] = row_major_mem ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
 }
 template <class L>
 constexpr bool is_row_major() { return std::is_same<L, row_major>::value; }
+/* An operand as the tensor cores read it: bf16 exactly; tf32 truncated to its 19 bits (the
+ * hardware leaves the use of the low 13 bits of an unconverted float unspecified: truncating
+ * them here makes a kernel that skips __float_to_tf32 lose accuracy visibly). */
+template <class T> inline float operand(typename storage<T>::type v);
+template <> inline float operand<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> inline float operand<precision::tf32>(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u &= 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+/* t (16 x 16) += fa (16 x K) fb (K x 16), each sum over k in order. Fixed-size local arrays
+ * only, so not instrumented: the sanitizers' checks would keep it from vectorizing, and it is
+ * most of an emulated tensor-core kernel's time. */
+template <int K>
+__attribute__((no_sanitize("address", "undefined"))) inline void mma_tile(float *t, const float *fa,
+                                                                            const float *fb) {
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < 16; n++) t[16 * m + n] += fa[K * m + k] * fb[16 * k + n];
+}
 }  // namespace detail
 
-template <class Use, class T, class L>
-inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+template <class Use, int K, class T, class L>
+inline void load_matrix_sync(fragment<Use, 16, 16, K, T, L> &f, const typename detail::storage<T>::type *p,
+                             unsigned ldm) {
     static_assert(!std::is_same<Use, accumulator>::value, "accumulator loads take a layout");
     detail::check(p, ldm, "load_matrix_sync");
-    detail::load(f.x, p, ldm, detail::is_row_major<L>());
+    detail::load(f.x, f.rows, f.cols, p, ldm, detail::is_row_major<L>());
 }
 
-template <class T>
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p, unsigned ldm,
+template <int K, class T>
+inline void load_matrix_sync(fragment<accumulator, 16, 16, K, T> &f, const T *p, unsigned ldm,
                              layout_t layout) {
     detail::check(p, ldm, "load_matrix_sync (accumulator)");
-    detail::load(f.x, p, ldm, layout == mem_row_major);
+    detail::load(f.x, 16, 16, p, ldm, layout == mem_row_major);
 }
 
 /* Each lane writes only its share of the tile (elements 16 r + c = lane mod 32), as on the
  * hardware, where a lane's stores cover only the elements its registers hold: a lane that
  * reads the stored tile without a __syncwarp() (or another barrier) after the store sees the
  * elements of the lanes that have not run yet still holding their old contents. */
-template <class T>
-inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm,
+template <int K, class T>
+inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, K, T> &f, unsigned ldm,
                               layout_t layout) {
     detail::check(p, ldm, "store_matrix_sync");
     const int lane = mha_emu::linear_tid() & 31;
@@ -166,28 +218,28 @@ inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &
     }
 }
 
-template <class Use, class T, class L>
-inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, T v) {
-    for (int e = 0; e < 256; e++) f.x[e] = v;
+template <class Use, int K, class T, class L, class V>
+inline void fill_fragment(fragment<Use, 16, 16, K, T, L> &f, V v) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = v;
 }
 
 /* d = a b + c with fp32 accumulation (d may be c). Warp-synchronous on the hardware: no lane
  * passes it before every lane has loaded its operands, so a warp may load an accumulator
  * from shared memory, mma, and store it back in place. Emulated by a warp-level barrier. */
-template <class TA, class LA, class TB, class LB>
-inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-                     const fragment<matrix_a, 16, 16, 16, TA, LA> &a,
-                     const fragment<matrix_b, 16, 16, 16, TB, LB> &b,
-                     const fragment<accumulator, 16, 16, 16, float> &c) {
+template <int K, class TA, class LA, class TB, class LB>
+inline void mma_sync(fragment<accumulator, 16, 16, K, float> &d,
+                     const fragment<matrix_a, 16, 16, K, TA, LA> &a,
+                     const fragment<matrix_b, 16, 16, K, TB, LB> &b,
+                     const fragment<accumulator, 16, 16, K, float> &c) {
+    static_assert(std::is_same<TA, TB>::value, "cuda_emu: mma_sync operands of one type");
     mha_emu::barrier(mha_emu::kWarpSync, "wmma::mma_sync", 0);
-    float t[256];
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) {
-            float s = c.x[16 * m + n];
-            for (int k = 0; k < 16; k++)
-                s += mha_emu::to_float(a.x[16 * m + k]) * mha_emu::to_float(b.x[16 * k + n]);
-            t[16 * m + n] = s;
-        }
+    float fa[16 * K], fb[K * 16], t[256];   /* the operands as read */
+    for (int e = 0; e < 16 * K; e++) {
+        fa[e] = detail::operand<TA>(a.x[e]);
+        fb[e] = detail::operand<TB>(b.x[e]);
+    }
+    memcpy(t, c.x, sizeof t);
+    detail::mma_tile<K>(t, fa, fb);
     memcpy(d.x, t, sizeof t);
 }
 }  // namespace wmma

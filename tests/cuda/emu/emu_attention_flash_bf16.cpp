@@ -1,2 +1,0 @@
-/* Emulation build of kernels/cuda/attention_flash_bf16.cu (see cuda_emu.h, cuda_emu_bf16.h). */
-#include "kernels/cuda/attention_flash_bf16.cu"
