@@ -367,25 +367,20 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, dev));
+        /* the fp32 fused attention's kernel (mha_cuda.h); a wrong setting is a usage error,
+         * also under train.device = "auto", rather than a silent fall-back */
         const char *att = getenv("MHA_CUDA_FP32_ATTENTION");
-        if (att && *att && strcmp(att, "simt") != 0 && strcmp(att, "tf32x3") != 0) {
-            if (why && why_len)
-                snprintf(why, why_len, "MHA_CUDA_FP32_ATTENTION=%s: expected simt or tf32x3 (or unset: "
-                         "tf32x3 on sm_80 and newer)", att);
-            cublasDestroy(g_cublas);
-            g_cublas = nullptr;
-            return nullptr;
+        const int want_simt = att && strcmp(att, "simt") == 0, want_tc = att && strcmp(att, "tf32x3") == 0;
+        if ((att && *att && !want_simt && !want_tc) || (want_tc && g_major < 8)) {
+            if (want_tc)
+                fprintf(stderr, "mha: MHA_CUDA_FP32_ATTENTION=tf32x3 needs a GPU of compute capability 8.0 "
+                        "or newer (this one is %d.x): unset it or set simt\n", g_major);
+            else
+                fprintf(stderr, "mha: MHA_CUDA_FP32_ATTENTION=%s: expected simt or tf32x3 (or unset it: "
+                        "tf32x3 on sm_80 and newer, simt before)\n", att);
+            exit(2);
         }
-        if (att && strcmp(att, "simt") == 0) g_fp32_attention = MHA_CUDA_ATTN_SIMT;
-        else if (g_major >= 8) g_fp32_attention = MHA_CUDA_ATTN_TF32X3;
-        else if (att && *att) {
-            if (why && why_len)
-                snprintf(why, why_len, "MHA_CUDA_FP32_ATTENTION=tf32x3 needs a GPU of compute capability "
-                         "8.0 or newer (this one is %d.x); unset it", g_major);
-            cublasDestroy(g_cublas);
-            g_cublas = nullptr;
-            return nullptr;
-        }
+        g_fp32_attention = !want_simt && g_major >= 8 ? MHA_CUDA_ATTN_TF32X3 : MHA_CUDA_ATTN_SIMT;
         fill_table(&g_table);
         fill_table_bf16(&g_table_bf16);
         g_ready = 1;

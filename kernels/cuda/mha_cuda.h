@@ -31,7 +31,7 @@ void mha_cuda_describe(char *buf, size_t len);
  *   MHA_CUDA_ATTN_SIMT: plain fp32 FFMA on the CUDA cores (always used for larger heads and
  *     before sm_80).
  * The environment variable MHA_CUDA_FP32_ATTENTION=tf32x3|simt sets it when the backend
- * starts. set returns 0, or -1 when the GPU cannot run the kernel asked for (tf32x3 before
+ * starts (another value exits with code 2 and a message). set returns 0, or -1 when the GPU cannot run the kernel asked for (tf32x3 before
  * sm_80) or the backend has not started. */
 enum { MHA_CUDA_ATTN_SIMT = 0, MHA_CUDA_ATTN_TF32X3 = 1 };
 int mha_cuda_fp32_attention(void);
