@@ -15,7 +15,8 @@
  * Q, K, V, dO when a tile is loaded, P (after dropout) and dS before their products.
  * Heads of size HS <= 128 (bf16) or <= 64 (tf32x3: its fp32 tiles and split fragments would
  * not fit at 128) run on kernels templated on D in {16, 32, 64, 128} (columns HS..D-1
- * zero-filled in shared memory). Needs sm_80 (bf16 and tf32 WMMA).
+ * zero-filled in shared memory). Needs sm_80 (bf16 and tf32 WMMA); tf32x3 also needs the
+ * shared memory of its D (mha_cu_tf32x3_fits: more than the 99 KiB of sm_86/89 for D >= 32).
  *
  * Work layout: 128 threads = 4 warps; tiles of 64 queries x 64 keys. Warp w owns the 16 rows
  * 16w..16w+15 of the tile (queries in the forward and dQ kernels, keys in the dK/dV kernel):
@@ -30,7 +31,7 @@
  *   S, dP scores       fp32 (64, 64 + 4)    (WMMA stores, read by the lanes)
  *   P, dS operands     E (64, 64 + PAD)     (written by the lanes, WMMA matrix_a)
  *   O accumulator      fp32 (64, D + 4)     (forward: rescaled by the lanes, WMMA load/store)
- * tf32x3 at D = 64: 104 KiB (forward), 119 KiB (dQ), 137 KiB (dK/dV) per block.
+ * tf32x3 at D = 64: 102 KiB (forward), 119 KiB (dQ), 136.5 KiB (dK/dV) per block.
  *
  * Forward, one block per (query tile, head, example): S = Q K^T (K read as a col_major
  * matrix_b), online softmax per row (m, l in fp32), O = O * alpha then O += P V.
@@ -88,6 +89,11 @@ struct TcBf16 {
     }
 };
 
+/* x with its low 13 mantissa bits cleared: a tf32 value held in a float */
+static __device__ __forceinline__ float tf32_bits(float x) {
+    return __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+}
+
 struct TcTf32x3 {
     typedef float E;
     static constexpr int KS = 8, PAD = 4;
@@ -110,7 +116,9 @@ struct TcTf32x3 {
         wmma::load_matrix_sync(o.big, p, ldm);
 #pragma unroll
         for (int t = 0; t < o.big.num_elements; t++) {
-            const float x = o.big.x[t], hi = wmma::__float_to_tf32(x);
+            /* cvt.rna.tf32 leaves the low 13 bits of its 32-bit result undocumented: cleared
+             * here (as CUTLASS's tfloat32_t does) so that x - hi is exactly what big misses */
+            const float x = o.big.x[t], hi = tf32_bits(wmma::__float_to_tf32(x));
             o.big.x[t] = hi;
             o.small.x[t] = wmma::__float_to_tf32(x - hi);
         }
@@ -393,7 +401,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
         }
         __syncwarp();
 
-        /* dS = P o (dP Z - Di) in fp32, rounded to bf16 for the product */
+        /* dS = P o (dP Z - Di) in fp32, stored as an operand (bf16: rounded; tf32x3: split at load) */
 #pragma unroll 4
         for (int t = 0; t < HALF; t++) {
             const int c = lc + 2 * t, j = j0 + c;
@@ -529,7 +537,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
         }
         __syncwarp();
 
-        /* P o Z and dS = P o (dP Z - Di) in fp32, rounded to bf16 for the products */
+        /* P o Z and dS = P o (dP Z - Di) in fp32, stored as operands (bf16: rounded; tf32x3: split) */
 #pragma unroll 4
         for (int t = 0; t < HALF; t++) {
             const int c = lc + 2 * t, ii = i0 + c;
@@ -583,6 +591,18 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 }
 
 /* ------------------------------------------------------------------ launchers */
+
+/* The most shared memory one block of the tf32x3 kernels for heads of size hs takes. */
+static size_t tf32x3_smem(int hs) {
+    auto most = [](size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); };
+    if (hs <= 16) return most(FbFwdCfg<TcTf32x3, 16>::bytes, FbDqCfg<TcTf32x3, 16>::bytes, FbDkvCfg<TcTf32x3, 16>::bytes);
+    if (hs <= 32) return most(FbFwdCfg<TcTf32x3, 32>::bytes, FbDqCfg<TcTf32x3, 32>::bytes, FbDkvCfg<TcTf32x3, 32>::bytes);
+    return most(FbFwdCfg<TcTf32x3, 64>::bytes, FbDqCfg<TcTf32x3, 64>::bytes, FbDkvCfg<TcTf32x3, 64>::bytes);
+}
+
+int mha_cu_tf32x3_fits(int hs) {
+    return hs >= 1 && hs <= MHA_CU_TF32X3_MAX_HS && tf32x3_smem(hs) <= (size_t)mha_cu_smem_optin();
+}
 
 template <class P, int D>
 static void fb_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,

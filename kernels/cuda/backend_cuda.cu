@@ -281,7 +281,11 @@ extern "C" int mha_cuda_set_fp32_attention(int kind) {
 }
 
 int mha_cu_fp32_attention_tc(int hs) {
-    return g_fp32_attention == MHA_CUDA_ATTN_TF32X3 && hs <= MHA_CU_TF32X3_MAX_HS;
+    return g_fp32_attention == MHA_CUDA_ATTN_TF32X3 && mha_cu_tf32x3_fits(hs);
+}
+
+extern "C" int mha_cuda_fp32_attention_kernel(int hs) {
+    return mha_cu_fp32_attention_tc(hs) ? MHA_CUDA_ATTN_TF32X3 : MHA_CUDA_ATTN_SIMT;
 }
 
 static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }

@@ -198,8 +198,12 @@ void mha_cu_attention_backward_fused_tf32x3(float *dqkv, const float *dout, cons
                                             const float *qkv, const float *lse,
                                             const int32_t *lengths, int B, int T, int C, int NH,
                                             int causal, float p_drop, uint64_t seed);
+/* 1 when the tf32x3 kernels for heads of size hs fit this GPU: hs <= 64 and the shared memory
+ * of all three within its opt-in limit (sm_86/89 allow 99 KiB: enough only for D = 16) */
+int mha_cu_tf32x3_fits(int hs);
 /* backend_cuda.cu: 1 when the fp32 fused attention of heads of size hs runs on the tf32x3
- * kernels (mha_cuda_fp32_attention() is MHA_CUDA_ATTN_TF32X3 and hs <= 64), 0 for FFMA */
+ * kernels (mha_cuda_fp32_attention() is MHA_CUDA_ATTN_TF32X3 and mha_cu_tf32x3_fits(hs)),
+ * 0 for FFMA */
 int mha_cu_fp32_attention_tc(int hs);
 /* pool.cu */
 void mha_cu_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,

@@ -236,7 +236,8 @@ static void test_elementwise(size_t n) {
     }
 }
 
-static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero) {
+/* tc: also check the fused attention on the tf32x3 kernel, where it runs for HS on this GPU */
+static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero, int tc) {
     char name[128], n2[200];
     snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f", B, T, NH, HS,
              causal, p);
@@ -271,10 +272,12 @@ static void test_attention(int B, int T, int NH, int HS, int causal, float p, in
     cmp_f(n2, dqkv, nqkv, TOL);
 
     /* fused path, on each kernel the fp32 table runs for this head size: tf32x3 (tensor cores,
-     * HS <= 64 on sm_80+) and FFMA (simt); the same tolerances for both */
+     * HS <= 64 on sm_80+ where its shared memory fits) and FFMA (simt); the same tolerances */
     int kinds[2], nk = 0;
     const int kind0 = mha_cuda_fp32_attention();
-    if (HS <= 64 && mha_cuda_set_fp32_attention(MHA_CUDA_ATTN_TF32X3) == 0) kinds[nk++] = MHA_CUDA_ATTN_TF32X3;
+    if (tc && mha_cuda_set_fp32_attention(MHA_CUDA_ATTN_TF32X3) == 0 &&
+        mha_cuda_fp32_attention_kernel(HS) == MHA_CUDA_ATTN_TF32X3)
+        kinds[nk++] = MHA_CUDA_ATTN_TF32X3;
     kinds[nk++] = MHA_CUDA_ATTN_SIMT;
     float *kout[2] = {NULL, NULL};
     Buf *o_in = NULL, *lse_in = NULL;
@@ -567,13 +570,14 @@ int main(void) {
             for (int causal = 0; causal < 2; causal++)
                 for (int drop = 0; drop < 2; drop++)
                     test_attention(3 + (ti == 1), Ts[ti], 2, HSs[hi], causal, drop ? 0.1f : 0.0f,
-                                   ti == 1);
-    if (emu) test_attention(4, 64, 2, 16, 1, 0.1f, 1);
-    test_attention(2, 130, 3, 8, 1, 0.0f, 0);    /* three query and key tiles */
-    test_attention(2, 100, 2, 32, 0, 0.1f, 0);
-    test_attention(2, 70, 1, 128, 0, 0.0f, 0);   /* the D = 128 kernels */
-    test_attention(2, 70, 1, 100, 1, 0.1f, 0);   /* HS 100 padded to 128 */
-    test_attention(2, 50, 2, 48, 1, 0.0f, 0);    /* HS 48 padded to 64 */
+                                   ti == 1, !emu || HSs[hi] != 16);   /* emulated: D = 16 once */
+    if (emu) test_attention(4, 64, 2, 16, 1, 0.1f, 1, 1);
+    test_attention(2, 130, 3, 8, 1, 0.0f, 0, 1);    /* three query and key tiles */
+    test_attention(2, 100, 2, 32, 0, 0.1f, 0, 1);
+    test_attention(1, 100, 1, 64, 0, 0.1f, 0, 1);   /* D = 64 over two query and key tiles */
+    test_attention(2, 70, 1, 128, 0, 0.0f, 0, 1);   /* the D = 128 kernels */
+    test_attention(2, 70, 1, 100, 1, 0.1f, 0, 1);   /* HS 100 padded to 128 */
+    test_attention(2, 50, 2, 48, 1, 0.0f, 0, 1);    /* HS 48 padded to 64 */
 
     test_pool(5, 11, 20);
     test_pool(3, 40, 70);

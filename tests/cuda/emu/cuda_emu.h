@@ -70,6 +70,16 @@ using std::min;
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fmul_rn(float a, float b) { return a * b; }   /* a rounded product, never fused */
 static inline float __fadd_rn(float a, float b) { return a + b; }   /* a rounded sum, never fused */
+static inline unsigned int __float_as_uint(float x) {
+    unsigned int u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned int u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 

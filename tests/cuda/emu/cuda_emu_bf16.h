@@ -2,10 +2,11 @@
  * cuda_emu.h): the bf16 type and its conversions, cublasGemmEx with bf16 operands, and
  * nvcuda::wmma for 16x16x16 bf16 and 16x16x8 tf32 fragments with fp32 accumulators.
  *
- * WMMA: every thread holds the whole 16x16 tile of each fragment (row-major), so loads, stores
- * and mma_sync are done redundantly by the 32 threads of a warp; the result is the same as on
- * the hardware as long as the kernel uses fragments only through these calls (never indexes
- * fragment elements, whose thread mapping the hardware leaves unspecified). The checks the
+ * WMMA: every thread holds the whole tile of each fragment (row-major: 16x16, or 16x8 and 8x16
+ * for tf32 operands), so loads, stores and mma_sync are done redundantly by the 32 threads of
+ * a warp; the result is the same as on the hardware as long as the kernel uses fragments only
+ * through these calls, or applies one operation to every element x[t] (the tf32 split), as the
+ * CUDA guide allows (the thread mapping of elements is unspecified). The checks the
  * hardware makes silently are made loudly here: ldm a multiple of 16 bytes, pointers 32-byte
  * aligned. A store writes only the storing lane's share of the tile, so a missing
  * __syncwarp() between a warp's store and other lanes' reads of it shows as stale data; a
