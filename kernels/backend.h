@@ -170,6 +170,9 @@ typedef struct Backend {
      * derived from them earlier without checking them again (the int8 table: its quantized,
      * packed weights). Called while no op runs. */
     void (*weights_fixed)(const void *p, size_t bytes);
+    /* The kernel behind attention_*_fused for heads of size hs, in a few words for the
+     * start-up line (CUDA: "tf32x3 tensor cores", "FFMA" or "bf16 tensor cores"). */
+    const char *(*attention_kernel)(int hs);
 } Backend;
 
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread

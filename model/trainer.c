@@ -636,10 +636,13 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
-    if (!opt->quiet)
-        fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s\n", r.model.lay.total, r.be->name,
-            r.be->bf16 ? " (bf16 mixed precision)" : "",
-            d.fused_attention ? "fused" : "math");
+    if (!opt->quiet) {
+        char kernel[64] = "";   /* which kernel the fused attention runs, where there is a choice */
+        if (d.fused_attention && r.be->attention_kernel)
+            snprintf(kernel, sizeof kernel, " (%s)", r.be->attention_kernel(d.C / d.NH));
+        fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s%s\n", r.model.lay.total, r.be->name,
+                r.be->bf16 ? " (bf16 mixed precision)" : "", d.fused_attention ? "fused" : "math", kernel);
+    }
 
     char log_path[4300];
     snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->out_dir);

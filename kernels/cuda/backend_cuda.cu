@@ -290,6 +290,11 @@ extern "C" int mha_cuda_fp32_attention_kernel(int hs) {
 
 static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }
 
+static const char *cu_attention_kernel(int hs) {
+    return mha_cu_fp32_attention_tc(hs) ? "tf32x3 tensor cores" : "FFMA";
+}
+static const char *cu_attention_kernel_bf16(int) { return "bf16 tensor cores"; }
+
 static void fill_table(Backend *t) {
     memset(t, 0, sizeof *t);
     t->name = "cuda";
@@ -324,6 +329,7 @@ static void fill_table(Backend *t) {
     t->sum_squares = mha_cu_sum_squares;
     t->scale = mha_cu_scale;
     t->peak_bytes = cu_peak_bytes;
+    t->attention_kernel = cu_attention_kernel;
 }
 
 /* Mixed precision: the same table with the bf16 GEMMs and the bf16 (WMMA) fused attention.
@@ -336,6 +342,7 @@ static void fill_table_bf16(Backend *t) {
     t->linear_backward = mha_cu_linear_backward_bf16;
     t->attention_forward_fused = mha_cu_attention_forward_fused_bf16;
     t->attention_backward_fused = mha_cu_attention_backward_fused_bf16;
+    t->attention_kernel = cu_attention_kernel_bf16;
 }
 
 extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t why_len) {

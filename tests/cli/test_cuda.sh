@@ -52,6 +52,13 @@ loss_gap() {
   || fail "training on cuda failed: $(tail -3 "$TMP/cuda.err")"
 grep -q '^model: .* backend cuda' "$TMP/cuda.err" \
   || fail "train.device = auto did not pick cuda: $(grep '^model:' "$TMP/cuda.err")"
+# the start-up line names the fused attention's kernel: FFMA when MHA_CUDA_FP32_ATTENTION=simt
+# (as cuda_cli_emu runs), else tf32x3 on sm_80 and newer (heads of 16 here fit every such GPU)
+# and FFMA before
+want_kernel="(tf32x3 tensor cores|FFMA)"
+[ "${MHA_CUDA_FP32_ATTENTION:-}" = simt ] && want_kernel=FFMA
+grep -qE "^model: .* attention fused \($want_kernel\)\$" "$TMP/cuda.err" \
+  || fail "the start-up line does not name the kernel ($want_kernel): $(grep '^model:' "$TMP/cuda.err")"
 "$TRAIN" --config "$TMP/c.json" --set train.device=cpu --set output.dir="$TMP/cpu" --quiet >/dev/null \
   2>"$TMP/cpu.err" || fail "training on the cpu failed: $(tail -3 "$TMP/cpu.err")"
 gap=$(loss_gap "$TMP/cuda" "$TMP/cpu" 40)
