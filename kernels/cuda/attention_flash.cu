@@ -1,7 +1,7 @@
 /* kernels/cuda/attention_flash.cu: fused (FlashAttention-style) attention in fp32 on FFMA
  * (CUDA cores). The fp32 table's entry points are here; they hand heads of size <= 64 to the
- * tf32x3 tensor-core kernels of attention_flash_tc.cu unless MHA_CUDA_FP32_ATTENTION=simt (or
- * the GPU is older than sm_80): see mha_cuda.h.
+ * tf32x3 tensor-core kernels of attention_flash_tc.cu where those run (sm_80+, their shared
+ * memory fits) unless MHA_CUDA_FP32_ATTENTION=simt: see mha_cuda.h.
  *
  * Never holds a (T, T) matrix. Heads of size HS <= 128 run on kernels templated on
  * D in {16, 32, 64, 128}, the smallest that holds HS: columns HS..D-1 are zero-filled in shared

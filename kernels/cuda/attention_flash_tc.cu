@@ -52,6 +52,7 @@
 #include <mma.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -592,16 +593,17 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 
 /* ------------------------------------------------------------------ launchers */
 
-/* The most shared memory one block of the tf32x3 kernels for heads of size hs takes. */
-static size_t tf32x3_smem(int hs) {
-    auto most = [](size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); };
-    if (hs <= 16) return most(FbFwdCfg<TcTf32x3, 16>::bytes, FbDqCfg<TcTf32x3, 16>::bytes, FbDkvCfg<TcTf32x3, 16>::bytes);
-    if (hs <= 32) return most(FbFwdCfg<TcTf32x3, 32>::bytes, FbDqCfg<TcTf32x3, 32>::bytes, FbDkvCfg<TcTf32x3, 32>::bytes);
-    return most(FbFwdCfg<TcTf32x3, 64>::bytes, FbDqCfg<TcTf32x3, 64>::bytes, FbDkvCfg<TcTf32x3, 64>::bytes);
+/* The most shared memory one block of the three kernels of precision P at D takes. */
+template <class P, int D>
+static constexpr size_t fb_smem_most() {
+    return std::max(FbFwdCfg<P, D>::bytes, std::max(FbDqCfg<P, D>::bytes, FbDkvCfg<P, D>::bytes));
 }
 
 int mha_cu_tf32x3_fits(int hs) {
-    return hs >= 1 && hs <= MHA_CU_TF32X3_MAX_HS && tf32x3_smem(hs) <= (size_t)mha_cu_smem_optin();
+    if (hs < 1 || hs > MHA_CU_TF32X3_MAX_HS) return 0;
+    const size_t need = hs <= 16 ? fb_smem_most<TcTf32x3, 16>()
+                      : hs <= 32 ? fb_smem_most<TcTf32x3, 32>() : fb_smem_most<TcTf32x3, 64>();
+    return need <= (size_t)mha_cu_smem_optin();
 }
 
 template <class P, int D>

@@ -280,12 +280,13 @@ extern "C" int mha_cuda_set_fp32_attention(int kind) {
     return 0;
 }
 
-int mha_cu_fp32_attention_tc(int hs) {
-    return g_fp32_attention == MHA_CUDA_ATTN_TF32X3 && mha_cu_tf32x3_fits(hs);
+extern "C" int mha_cuda_fp32_attention_kernel(int kind, int hs) {
+    return kind == MHA_CUDA_ATTN_TF32X3 && g_major >= 8 && mha_cu_tf32x3_fits(hs) ? MHA_CUDA_ATTN_TF32X3
+                                                                                : MHA_CUDA_ATTN_SIMT;
 }
 
-extern "C" int mha_cuda_fp32_attention_kernel(int hs) {
-    return mha_cu_fp32_attention_tc(hs) ? MHA_CUDA_ATTN_TF32X3 : MHA_CUDA_ATTN_SIMT;
+int mha_cu_fp32_attention_tc(int hs) {
+    return mha_cuda_fp32_attention_kernel(g_fp32_attention, hs) == MHA_CUDA_ATTN_TF32X3;
 }
 
 static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }

@@ -202,8 +202,8 @@ void mha_cu_attention_backward_fused_tf32x3(float *dqkv, const float *dout, cons
  * of all three within its opt-in limit (sm_86/89 allow 99 KiB: enough only for D = 16) */
 int mha_cu_tf32x3_fits(int hs);
 /* backend_cuda.cu: 1 when the fp32 fused attention of heads of size hs runs on the tf32x3
- * kernels (mha_cuda_fp32_attention() is MHA_CUDA_ATTN_TF32X3 and mha_cu_tf32x3_fits(hs)),
- * 0 for FFMA */
+ * kernels under the current setting (mha_cuda_fp32_attention_kernel in mha_cuda.h), 0 for
+ * FFMA */
 int mha_cu_fp32_attention_tc(int hs);
 /* pool.cu */
 void mha_cu_pool_forward(float *out, int32_t *argmax, const float *inp, const int32_t *lengths,

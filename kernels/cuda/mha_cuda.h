@@ -37,8 +37,9 @@ void mha_cuda_describe(char *buf, size_t len);
 enum { MHA_CUDA_ATTN_SIMT = 0, MHA_CUDA_ATTN_TF32X3 = 1 };
 int mha_cuda_fp32_attention(void);
 int mha_cuda_set_fp32_attention(int kind);
-/* The kernel the fp32 fused attention runs for heads of size hs under the current setting. */
-int mha_cuda_fp32_attention_kernel(int hs);
+/* The kernel the fp32 fused attention runs for heads of size hs on this GPU under the setting
+ * `kind` (MHA_CUDA_ATTN_SIMT whenever tf32x3 cannot run there); changes nothing. */
+int mha_cuda_fp32_attention_kernel(int kind, int hs);
 
 #ifdef __cplusplus
 }

@@ -160,21 +160,14 @@ static void dump_case(FILE *f, int B, int T, int NH, int HS, int causal, float p
 
 /* The kernel the fp32 fused attention runs for heads of size HS under setting `kind`. */
 static const char *fp32_kernel_name(int kind, int HS) {
-    const int k0 = mha_cuda_fp32_attention();
-    mha_cuda_set_fp32_attention(kind);
-    const int k = mha_cuda_fp32_attention_kernel(HS);
-    mha_cuda_set_fp32_attention(k0);
-    return k == MHA_CUDA_ATTN_TF32X3 ? "tf32x3" : "simt";
+    return mha_cuda_fp32_attention_kernel(kind, HS) == MHA_CUDA_ATTN_TF32X3 ? "tf32x3" : "simt";
 }
 
-/* The fp32 kernels this GPU can run: the default first, then the other one if it can. */
+/* The two fp32 settings, the default first; callers skip the second where it runs the same
+ * kernel as the first (large heads, or a GPU without tf32x3). */
 static std::vector<int> fp32_kernels(void) {
     const int k0 = mha_cuda_fp32_attention();
-    std::vector<int> ks{k0};
-    const int other = k0 == MHA_CUDA_ATTN_TF32X3 ? MHA_CUDA_ATTN_SIMT : MHA_CUDA_ATTN_TF32X3;
-    if (mha_cuda_set_fp32_attention(other) == 0) ks.push_back(other);
-    mha_cuda_set_fp32_attention(k0);
-    return ks;
+    return {k0, k0 == MHA_CUDA_ATTN_TF32X3 ? MHA_CUDA_ATTN_SIMT : MHA_CUDA_ATTN_TF32X3};
 }
 
 static int write_dump(const char *path) {

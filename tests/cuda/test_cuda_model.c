@@ -153,8 +153,10 @@ int main(void) {
      * weight by ~1% of lr per update, on top of the forward rounding): 2e-2 per update. */
     const Tol bf16 = {1e-2, 0.3, 2e-2};
     /* the fp32 "fused" rows run the kernel the model gets by default (mha_cuda.h) */
-    printf("fp32 fused attention kernel: %s\n",
-           mha_cuda_fp32_attention() == MHA_CUDA_ATTN_TF32X3 ? "tf32x3 (tensor cores)" : "simt (FFMA)");
+    const int hs = emu ? 16 / 2 : 128 / 4;   /* C / NH of compare_model below */
+    printf("fp32 fused attention kernel (heads of %d): %s\n", hs,
+           mha_cuda_fp32_attention_kernel(mha_cuda_fp32_attention(), hs) == MHA_CUDA_ATTN_TF32X3
+               ? "tf32x3 (tensor cores)" : "simt (FFMA)");
     for (int n = 0; n < 2; n++)
         for (int a = 0; a < 2; a++) {
             if (emu) compare_model(gpu, cpu, norms[n], paths[a], 16, 2, 32, 3, 9, 5, "fp32", fp32);

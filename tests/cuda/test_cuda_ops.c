@@ -275,8 +275,7 @@ static void test_attention(int B, int T, int NH, int HS, int causal, float p, in
      * HS <= 64 on sm_80+ where its shared memory fits) and FFMA (simt); the same tolerances */
     int kinds[2], nk = 0;
     const int kind0 = mha_cuda_fp32_attention();
-    if (tc && mha_cuda_set_fp32_attention(MHA_CUDA_ATTN_TF32X3) == 0 &&
-        mha_cuda_fp32_attention_kernel(HS) == MHA_CUDA_ATTN_TF32X3)
+    if (tc && mha_cuda_fp32_attention_kernel(MHA_CUDA_ATTN_TF32X3, HS) == MHA_CUDA_ATTN_TF32X3)
         kinds[nk++] = MHA_CUDA_ATTN_TF32X3;
     kinds[nk++] = MHA_CUDA_ATTN_SIMT;
     float *kout[2] = {NULL, NULL};
