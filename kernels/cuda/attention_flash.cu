@@ -474,6 +474,14 @@ static void fa_forward_launch(float *out, float *lse, const float *qkv, const in
     LAUNCH_CHECK();
 }
 
+/* Whether both backward kernels' tiles fit the shared memory a block may have on this GPU. */
+template <int D, int BQ, int BK, int BK2, int BQ2>
+static bool fa_backward_fits(void) {
+    const size_t most = (size_t)mha_cu_smem_optin();
+    return FaDqCfg<D, BQ, BK>::smem_floats * sizeof(float) <= most &&
+           FaDkvCfg<D, BK2, BQ2>::smem_floats * sizeof(float) <= most;
+}
+
 template <int D, int BQ, int BK, int BK2, int BQ2>
 static void fa_backward_launch(float *dqkv, const float *dout, const float *qkv, const float *lse,
                                const float *Di, const int32_t *lengths, int B, const FusedArgs &a) {
@@ -517,8 +525,18 @@ void mha_cu_attention_backward_fused(float *dqkv, const float *dout, const float
         return;
     }
     const float *Di = fused_rowdot_do_o<false>(dout, out, lengths, B, a);   /* (B, NH, T) */
+    /* Tiles (BQ, BK) of the dq kernel and (BK2, BQ2) of the dkdv kernel. Where they do not fit
+     * the GPU's shared memory (sm_86/89: 99 KiB per block; at D = 64 the dkdv kernel needs
+     * 102 KiB, at D = 128 both need 108-117 KiB), the tile held in registers is halved. */
     if (a.hs <= 16) fa_backward_launch<16, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
     else if (a.hs <= 32) fa_backward_launch<32, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
-    else if (a.hs <= 64) fa_backward_launch<64, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
-    else fa_backward_launch<128, 64, 32, 64, 32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    else if (a.hs <= 64) {
+        if (fa_backward_fits<64, 64, 64, 64, 64>())
+            fa_backward_launch<64, 64, 64, 64, 64>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+        else fa_backward_launch<64, 64, 64, 64, 32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    } else {
+        if (fa_backward_fits<128, 64, 32, 64, 32>())
+            fa_backward_launch<128, 64, 32, 64, 32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+        else fa_backward_launch<128, 32, 32, 32, 32>(dqkv, dout, qkv, lse, Di, lengths, B, a);
+    }
 }

@@ -599,12 +599,19 @@ static constexpr size_t fb_smem_most() {
     return std::max(FbFwdCfg<P, D>::bytes, std::max(FbDqCfg<P, D>::bytes, FbDkvCfg<P, D>::bytes));
 }
 
-int mha_cu_tf32x3_fits(int hs) {
-    if (hs < 1 || hs > MHA_CU_TF32X3_MAX_HS) return 0;
-    const size_t need = hs <= 16 ? fb_smem_most<TcTf32x3, 16>()
-                      : hs <= 32 ? fb_smem_most<TcTf32x3, 32>() : fb_smem_most<TcTf32x3, 64>();
+/* Whether the three kernels of precision P for heads of size hs fit this GPU's shared memory. */
+template <class P>
+static int fb_fits(int hs) {
+    const size_t need = hs <= 16 ? fb_smem_most<P, 16>() : hs <= 32 ? fb_smem_most<P, 32>()
+                      : hs <= 64 ? fb_smem_most<P, 64>() : fb_smem_most<P, 128>();
     return need <= (size_t)mha_cu_smem_optin();
 }
+
+int mha_cu_tf32x3_fits(int hs) {
+    return hs >= 1 && hs <= MHA_CU_TF32X3_MAX_HS && fb_fits<TcTf32x3>(hs);
+}
+
+int mha_cu_bf16_attention_fits(int hs) { return hs >= 1 && hs <= 128 && fb_fits<TcBf16>(hs); }
 
 template <class P, int D>
 static void fb_forward_launch(float *out, float *lse, const float *qkv, const int32_t *lengths,
@@ -637,6 +644,10 @@ void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qk
                                          int causal, float p_drop, uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    if (!mha_cu_bf16_attention_fits(a.hs)) {   /* D = 128 on sm_86/89: the fp32 FFMA kernels */
+        mha_cu_attention_forward_fused(out, lse, qkv, lengths, B, T, C, NH, causal, p_drop, seed);
+        return;
+    }
     const char *what = "bf16 fused attention";
     if (a.hs <= 16) fb_forward_launch<TcBf16, 16>(out, lse, qkv, lengths, B, a, what);
     else if (a.hs <= 32) fb_forward_launch<TcBf16, 32>(out, lse, qkv, lengths, B, a, what);
@@ -650,6 +661,11 @@ void mha_cu_attention_backward_fused_bf16(float *dqkv, const float *dout, const 
                                           int causal, float p_drop, uint64_t seed) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     FusedArgs a = fused_args(B, T, C, NH, causal, p_drop, seed);
+    if (!mha_cu_bf16_attention_fits(a.hs)) {
+        mha_cu_attention_backward_fused(dqkv, dout, out, qkv, lse, lengths, B, T, C, NH, causal,
+                                        p_drop, seed);
+        return;
+    }
     const char *what = "bf16 fused attention";
     const float *Di = fused_rowdot_do_o<TcBf16::kRoundDo>(dout, out, lengths, B, a);   /* (B, NH, T) */
     if (a.hs <= 16) fb_backward_launch<TcBf16, 16>(dqkv, dout, qkv, lse, Di, lengths, B, a, what);

@@ -294,7 +294,10 @@ static size_t cu_peak_bytes(void) { return mha_cuda_peak_bytes(); }
 static const char *cu_attention_kernel(int hs) {
     return mha_cu_fp32_attention_tc(hs) ? "tf32x3 tensor cores" : "FFMA";
 }
-static const char *cu_attention_kernel_bf16(int) { return "bf16 tensor cores"; }
+static const char *cu_attention_kernel_bf16(int hs) {
+    return mha_cu_bf16_attention_fits(hs) ? "bf16 tensor cores"
+                                          : "FFMA: the bf16 tiles do not fit this GPU's shared memory";
+}
 
 static void fill_table(Backend *t) {
     memset(t, 0, sizeof *t);

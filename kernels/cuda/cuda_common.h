@@ -181,7 +181,8 @@ void mha_cu_linear_backward_bf16(float *dinp, float *dw, float *dbias, const flo
                                  int dinp_accumulate);
 /* attention_flash_tc.cu: the fused attention with tensor-core products (WMMA), fp32 softmax
  * statistics and accumulation; same contract as attention_flash.cu. bf16: the mixed-precision
- * table's (HS <= 128). tf32x3: fp32 accuracy from three tf32 products per product, HS <= 64;
+ * table's (HS <= 128; where its tiles do not fit the GPU's shared memory, mha_cu_bf16_attention_fits,
+ * it runs the fp32 FFMA kernels instead). tf32x3: fp32 accuracy from three tf32 products per product, HS <= 64;
  * mha_cu_attention_*_fused (the fp32 table's) route to it when mha_cu_fp32_attention_tc(hs). */
 void mha_cu_attention_forward_fused_bf16(float *out, float *lse, const float *qkv,
                                          const int32_t *lengths, int B, int T, int C, int NH,
@@ -201,6 +202,8 @@ void mha_cu_attention_backward_fused_tf32x3(float *dqkv, const float *dout, cons
 /* 1 when the tf32x3 kernels for heads of size hs fit this GPU: hs <= 64 and the shared memory
  * of all three within its opt-in limit (sm_86/89 allow 99 KiB: enough only for D = 16) */
 int mha_cu_tf32x3_fits(int hs);
+/* 1 when the bf16 kernels for heads of size hs fit this GPU (sm_86/89: not for hs 65-128) */
+int mha_cu_bf16_attention_fits(int hs);
 /* backend_cuda.cu: 1 when the fp32 fused attention of heads of size hs runs on the tf32x3
  * kernels under the current setting (mha_cuda_fp32_attention_kernel in mha_cuda.h), 0 for
  * FFMA */

@@ -19,6 +19,8 @@
  *    allocation of exactly the launch's size, filled with NaN bytes, per launch.
  *  - Launch configurations are validated as the driver does (threads per block, grid limits,
  *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
+ *    The device is an sm_90 (227 KiB of shared memory per block), or the GPU MHA_EMU_GPU names
+ *    (see read_gpu).
  *  - Copies from pinned host memory (cudaMallocHost) are deferred, as a GPU runs them
  *    asynchronously: they happen at the next launch, GEMM, other copy, memset or
  *    synchronisation, reading the pinned buffer then, so a host that rewrites one before
@@ -122,7 +124,28 @@ inline std::map<const void *, size_t> live;            /* allocations */
 inline size_t live_bytes = 0;                           /* their sum */
 constexpr size_t kDeviceBytes = (size_t)1 << 30;        /* the emulated device: 1 GiB */
 inline std::map<const void *, int> smem_optin;          /* kernel -> max dynamic smem */
-constexpr int kOptinLimit = 232448;                     /* H100/H200: 227 KiB */
+
+/* The GPU the emulation poses as, from MHA_EMU_GPU: its compute capability and the most dynamic
+ * shared memory a block may opt in to (the CUDA C++ Programming Guide's table of compute
+ * capabilities). sm_90 (H100/H200) by default; sm_80 (A100) allows 163 KiB, sm_86 and sm_89
+ * (RTX 30xx/40xx, A10, L4, L40) 99 KiB, which the attention kernels' tiles must fit too. */
+struct Gpu {
+    const char *name;
+    int major, minor;
+    int optin;   /* bytes */
+};
+inline Gpu read_gpu(void) {
+    static const Gpu gpus[] = {{"sm_90", 9, 0, 232448}, {"sm_80", 8, 0, 166912},
+                               {"sm_86", 8, 6, 101376}, {"sm_89", 8, 9, 101376}};
+    const char *e = getenv("MHA_EMU_GPU");
+    if (!e || !*e) return gpus[0];
+    for (const Gpu &g : gpus)
+        if (strcmp(e, g.name) == 0) return g;
+    fprintf(stderr, "cuda_emu: MHA_EMU_GPU=%s: expected sm_90, sm_80, sm_86 or sm_89\n", e);
+    exit(2);
+}
+inline const Gpu gpu = read_gpu();
+inline const int kOptinLimit = gpu.optin;
 constexpr size_t kStack = 256 * 1024;
 
 inline std::map<const void *, size_t> pinned;         /* cudaMallocHost allocations */
@@ -269,8 +292,8 @@ inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = null
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda_emu (host emulation)");
-    p->major = 9;
-    p->minor = 0;
+    p->major = mha_emu::gpu.major;
+    p->minor = mha_emu::gpu.minor;
     p->multiProcessorCount = 1;
     return cudaSuccess;
 }
@@ -281,7 +304,7 @@ inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     if (a == cudaDevAttrComputeCapabilityMajor) {
-        *v = 9;
+        *v = mha_emu::gpu.major;
         return cudaSuccess;
     }
     if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
