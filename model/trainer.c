@@ -63,6 +63,8 @@ int select_backend(const Config *cfg, const Backend **be, const char *option, Mh
         return mha_fail(err, MHA_EXIT_DATA, "%s cuda: %s (use %s cpu or auto)", option, why, option);
     if (strcmp(cfg->device, "cuda") == 0)
         return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s (use %s=cpu or auto)", option, why, option);
+    /* "auto": the cpu, silently when there is no GPU, with a note when there is one it cannot use */
+    if (mha_cuda_device_visible()) fprintf(stderr, "mha: note: not using the GPU: %s; running on the cpu\n", why);
     *be = cpu_backend_for(cfg, bf16);
     return 0;
 }

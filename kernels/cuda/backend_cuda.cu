@@ -349,6 +349,17 @@ static void fill_table_bf16(Backend *t) {
     t->attention_kernel = cu_attention_kernel_bf16;
 }
 
+/* Never launched: cudaFuncGetAttributes on it fails where the GPU can run none of this
+ * build's kernel images (kernels/cuda/meson.build: sm_80, sm_90, compute_90 PTX). */
+__global__ void cu_image_probe(void) {}
+
+extern "C" int mha_cuda_device_visible(void) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess && count > 0;
+}
+
 extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t why_len) {
     static std::mutex init_mutex;
     std::lock_guard<std::mutex> lock(init_mutex);
@@ -368,6 +379,22 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
             if (why && why_len)
                 snprintf(why, why_len, "CUDA device present but unusable (%s: %s)",
                          cudaGetErrorName(e), cudaGetErrorString(e));
+            return nullptr;
+        }
+        cudaFuncAttributes probe;
+        e = cudaFuncGetAttributes(&probe, cu_image_probe);
+        if (e != cudaSuccess) {   /* e.g. a T4 (7.5) or a V100 (7.0): fails here, not at a launch */
+            cudaGetLastError();
+            int dev = 0;
+            cudaDeviceProp prop;
+            char gpu[300] = "the GPU";
+            if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+                snprintf(gpu, sizeof gpu, "the GPU (%s, compute capability %d.%d)", prop.name,
+                         prop.major, prop.minor);
+            cudaGetLastError();
+            if (why && why_len)
+                snprintf(why, why_len, "%s cannot run this build's kernels (%s): they need compute "
+                         "capability 8.0 or newer (A100, RTX 30xx, and later)", gpu, cudaGetErrorName(e));
             return nullptr;
         }
         cublasStatus_t s = cublasCreate(&g_cublas);

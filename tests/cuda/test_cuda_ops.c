@@ -574,6 +574,7 @@ int main(void) {
     test_attention(2, 130, 3, 8, 1, 0.0f, 0, 1);    /* three query and key tiles */
     test_attention(2, 100, 2, 32, 0, 0.1f, 0, 1);
     test_attention(1, 100, 1, 64, 0, 0.1f, 0, 1);   /* D = 64 over two query and key tiles */
+    test_attention(1, 100, 1, 64, 1, 0.0f, 0, 1);   /* causal (99 KiB GPUs: 64 x 32 dK/dV tiles) */
     test_attention(2, 70, 1, 128, 0, 0.0f, 0, 1);   /* the D = 128 kernels */
     test_attention(2, 70, 1, 100, 1, 0.1f, 0, 1);   /* HS 100 padded to 128 */
     test_attention(2, 50, 2, 48, 1, 0.0f, 0, 1);    /* HS 48 padded to 64 */

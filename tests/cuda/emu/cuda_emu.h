@@ -128,7 +128,10 @@ inline std::map<const void *, int> smem_optin;          /* kernel -> max dynamic
 /* The GPU the emulation poses as, from MHA_EMU_GPU: its compute capability and the most dynamic
  * shared memory a block may opt in to (the CUDA C++ Programming Guide's table of compute
  * capabilities). sm_90 (H100/H200) by default; sm_80 (A100) allows 163 KiB, sm_86 and sm_89
- * (RTX 30xx/40xx, A10, L4, L40) 99 KiB, which the attention kernels' tiles must fit too. */
+ * (RTX 30xx/40xx, A10, L4, L40) 99 KiB, which the attention kernels' tiles must fit too.
+ * sm_75 (T4) and sm_70 (V100) are older than anything the build has kernels for
+ * (kernels/cuda/meson.build: sm_80, sm_90 and compute_90 PTX): there, as on such a GPU,
+ * cudaFuncGetAttributes and every launch fail with cudaErrorNoKernelImageForDevice. */
 struct Gpu {
     const char *name;
     int major, minor;
@@ -136,16 +139,19 @@ struct Gpu {
 };
 inline Gpu read_gpu(void) {
     static const Gpu gpus[] = {{"sm_90", 9, 0, 232448}, {"sm_80", 8, 0, 166912},
-                               {"sm_86", 8, 6, 101376}, {"sm_89", 8, 9, 101376}};
+                               {"sm_86", 8, 6, 101376}, {"sm_89", 8, 9, 101376},
+                               {"sm_75", 7, 5, 65536},  {"sm_70", 7, 0, 98304}};
     const char *e = getenv("MHA_EMU_GPU");
     if (!e || !*e) return gpus[0];
     for (const Gpu &g : gpus)
         if (strcmp(e, g.name) == 0) return g;
-    fprintf(stderr, "cuda_emu: MHA_EMU_GPU=%s: expected sm_90, sm_80, sm_86 or sm_89\n", e);
+    fprintf(stderr, "cuda_emu: MHA_EMU_GPU=%s: expected sm_90, sm_80, sm_86, sm_89, sm_75 or sm_70\n",
+            e);
     exit(2);
 }
 inline const Gpu gpu = read_gpu();
 inline const int kOptinLimit = gpu.optin;
+inline bool has_kernel_image(void) { return gpu.major >= 8; }
 constexpr size_t kStack = 256 * 1024;
 
 inline std::map<const void *, size_t> pinned;         /* cudaMallocHost allocations */
@@ -193,6 +199,7 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     default: return "emulated error";
     }
 }
@@ -202,6 +209,7 @@ inline const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
     default: return "cudaErrorUnknown";
     }
 }
@@ -309,6 +317,15 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     }
     if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
     *v = mha_emu::kOptinLimit;
+    return cudaSuccess;
+}
+struct cudaFuncAttributes {
+    int maxThreadsPerBlock;
+};
+template <class K>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, K) {
+    if (!mha_emu::has_kernel_image()) return cudaErrorNoKernelImageForDevice;
+    attr->maxThreadsPerBlock = 1024;
     return cudaSuccess;
 }
 template <class K>
@@ -616,6 +633,10 @@ struct MhaEmuLauncher {
         const size_t nthreads = (size_t)block.x * block.y * block.z;
         bool bad = nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 ||
                    grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535;
+        if (!mha_emu::has_kernel_image()) {
+            mha_emu::last_error = cudaErrorNoKernelImageForDevice;
+            return;
+        }
         if (bad) {
             fprintf(stderr, "cuda_emu: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x,
                     grid.y, grid.z, block.x, block.y, block.z);
