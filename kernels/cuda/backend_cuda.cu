@@ -392,9 +392,11 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
                 snprintf(gpu, sizeof gpu, "the GPU (%s, compute capability %d.%d)", prop.name,
                          prop.major, prop.minor);
             cudaGetLastError();
+            const bool too_old = e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidKernelImage;
             if (why && why_len)
-                snprintf(why, why_len, "%s cannot run this build's kernels (%s): they need compute "
-                         "capability 8.0 or newer (A100, RTX 30xx, and later)", gpu, cudaGetErrorName(e));
+                snprintf(why, why_len, "%s cannot run this build's kernels (%s): %s", gpu, cudaGetErrorName(e),
+                         too_old ? "they need compute capability 8.0 or newer (A100, RTX 30xx, and later)"
+                                 : cuda_hint(e));
             return nullptr;
         }
         cublasStatus_t s = cublasCreate(&g_cublas);
