@@ -171,7 +171,8 @@ typedef struct Backend {
      * packed weights). Called while no op runs. */
     void (*weights_fixed)(const void *p, size_t bytes);
     /* The kernel behind attention_*_fused for heads of size hs, in a few words for the
-     * start-up line (CUDA: "tf32x3 tensor cores", "FFMA" or "bf16 tensor cores"). */
+     * start-up line (CUDA: "tf32x3 tensor cores", "FFMA", "bf16 tensor cores", or "FFMA: the
+     * bf16 tiles do not fit this GPU's shared memory"). */
     const char *(*attention_kernel)(int hs);
 } Backend;
 

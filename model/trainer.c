@@ -639,7 +639,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
     if (!opt->quiet) {
-        char kernel[64] = "";   /* which kernel the fused attention runs, where there is a choice */
+        char kernel[96] = "";   /* which kernel the fused attention runs, where there is a choice */
         if (d.fused_attention && r.be->attention_kernel)
             snprintf(kernel, sizeof kernel, " (%s)", r.be->attention_kernel(d.C / d.NH));
         fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s%s\n", r.model.lay.total, r.be->name,

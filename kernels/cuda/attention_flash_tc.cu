@@ -133,6 +133,21 @@ struct TcTf32x3 {
     }
 };
 
+/* c += t, element by element (c and t of one fragment type, so their elements correspond).
+ *
+ * Sums that run over the keys (O) or the queries (dQ, dK, dV) are never carried through a chain
+ * of mma operations longer than one 64-row tile: each tile's products go into a zeroed
+ * accumulator, which is then added here, in fp32 with rounding to nearest. Tensor cores
+ * truncate when they accumulate (see MHA_EMU_MMA in tests/cuda/emu/cuda_emu_bf16.h), and a
+ * running sum carried through every tile's mma operations loses up to an ulp at each of them,
+ * always toward zero: modelled that way, the tf32x3 output at T = 1024 was 2e-5 off (the FFMA
+ * kernel's 1.3e-6) before this. */
+template <class Acc>
+__device__ __forceinline__ void fb_add(Acc &c, const Acc &t) {
+#pragma unroll
+    for (int e = 0; e < c.num_elements; e++) c.x[e] += t.x[e];
+}
+
 /* Element type of the dynamic shared memory: 128-byte alignment for the WMMA pointers. */
 struct alignas(128) FbSmemChunk {
     unsigned char bytes[128];
@@ -190,6 +205,8 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
     /* 16-wide blocks of D and of the tile (output columns); KS-deep steps along them (k) */
     constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
+    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
+    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sQ = reinterpret_cast<E *>(base + Cfg::oQ);           /* (64, D+PAD) */
@@ -291,19 +308,22 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
         for (int d = lc; d < D; d += 2) sO[row * LDO + d] *= alpha;
         __syncwarp();
 
-        /* O (16 x D per warp) += P V; V (key, d) is the row_major matrix_b */
+        /* O (16 x D per warp) += P V (the tile's product summed apart: fb_add); V (key, d) is
+         * the row_major matrix_b */
 #pragma unroll
         for (int n = 0; n < DN; n++) {
-            typename P::Acc oc;
-            wmma::load_matrix_sync(oc, sOw + n * 16, LDO, wmma::mem_row_major);
-#pragma unroll
+            typename P::Acc oc, pv;
+            wmma::fill_fragment(pv, 0.0f);
+#pragma unroll (UNROLL_K)
             for (int kk = 0; kk < NTK; kk++) {
                 typename P::A pa;
                 typename P::template B<wmma::row_major> vb;
                 P::load(pa, sPw + kk * KS, LDP);
                 P::load(vb, sV + kk * KS * LDH + n * 16, LDH);
-                P::mma(oc, pa, vb);
+                P::mma(pv, pa, vb);
             }
+            wmma::load_matrix_sync(oc, sOw + n * 16, LDO, wmma::mem_row_major);
+            fb_add(oc, pv);
             wmma::store_matrix_sync(sOw + n * 16, oc, LDO, wmma::mem_row_major);
         }
         __syncwarp();
@@ -339,6 +359,8 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     using E = typename P::E;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
     constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
+    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
+    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sQ = reinterpret_cast<E *>(base + Cfg::oQ);             /* (64, D+PAD) queries */
@@ -419,17 +441,22 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
         }
         __syncwarp();
 
-        /* dQ (16 x D per warp) += dS K; K (key, d) is the row_major matrix_b */
+        /* dQ (16 x D per warp) += dS K (the tile's product summed apart: fb_add); K (key, d) is
+         * the row_major matrix_b */
 #pragma unroll
-        for (int n = 0; n < DN; n++)
-#pragma unroll
+        for (int n = 0; n < DN; n++) {
+            typename P::Acc t;
+            wmma::fill_fragment(t, 0.0f);
+#pragma unroll (UNROLL_K)
             for (int kk = 0; kk < NTK; kk++) {
                 typename P::A da;
                 typename P::template B<wmma::row_major> kb;
                 P::load(da, sdSw + kk * KS, LDP);
                 P::load(kb, sK + kk * KS * LDH + n * 16, LDH);
-                P::mma(dq[n], da, kb);
+                P::mma(t, da, kb);
             }
+            fb_add(dq[n], t);
+        }
     }
 
     __syncthreads();   /* the staging covers other warps' S and dP rows */
@@ -464,6 +491,8 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     using E = typename P::E;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
     constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
+    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
+    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sK = reinterpret_cast<E *>(base + Cfg::oK);             /* (64, D+PAD) keys */
@@ -557,20 +586,32 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
         }
         __syncwarp();
 
-        /* dV += (P o Z)^T dO and dK += dS^T Q (16 keys x D per warp); dO, Q (query, d) row_major */
+        /* dV += (P o Z)^T dO and dK += dS^T Q (16 keys x D per warp; each tile's product summed
+         * apart: fb_add); dO, Q (query, d) row_major */
 #pragma unroll
-        for (int n = 0; n < DN; n++)
-#pragma unroll
+        for (int n = 0; n < DN; n++) {
+            typename P::Acc t;
+            wmma::fill_fragment(t, 0.0f);
+#pragma unroll (UNROLL_K)
             for (int kk = 0; kk < NTK; kk++) {
                 typename P::A xa;
                 typename P::template B<wmma::row_major> yb;
                 P::load(xa, sPZw + kk * KS, LDP);
                 P::load(yb, sdO + kk * KS * LDH + n * 16, LDH);
-                P::mma(dv[n], xa, yb);
+                P::mma(t, xa, yb);
+            }
+            fb_add(dv[n], t);
+            wmma::fill_fragment(t, 0.0f);
+#pragma unroll (UNROLL_K)
+            for (int kk = 0; kk < NTK; kk++) {
+                typename P::A xa;
+                typename P::template B<wmma::row_major> yb;
                 P::load(xa, sdSw + kk * KS, LDP);
                 P::load(yb, sQ + kk * KS * LDH + n * 16, LDH);
-                P::mma(dk[n], xa, yb);
+                P::mma(t, xa, yb);
             }
+            fb_add(dk[n], t);
+        }
     }
 
     __syncthreads();   /* the staging covers other warps' S and dP rows */

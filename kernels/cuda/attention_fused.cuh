@@ -20,8 +20,9 @@ struct FusedArgs {
 /* The arguments of a fused call, checked against what the kernels' grids and tiles allow. */
 static FusedArgs fused_args(int B, int T, int C, int NH, int causal, float p_drop, uint64_t seed) {
     MHA_CU_REQUIRE(B <= 65535, "fused attention: more than 65535 examples in one batch (a grid "
-                               "dimension): lower train.batch_size (train.grad_accum keeps the "
-                               "effective batch)");
+                               "dimension): lower the batch size (train.batch_size, with "
+                               "train.grad_accum to keep the effective batch; mha-predict "
+                               "--batch-size)");
     MHA_CU_REQUIRE(NH > 0 && C % NH == 0, "attention: C must be a multiple of NH");
     FusedArgs a;
     a.T = T;

@@ -388,15 +388,19 @@ extern "C" const Backend *mha_cuda_backend(int tf32, int bf16, char *why, size_t
             int dev = 0;
             cudaDeviceProp prop;
             char gpu[300] = "the GPU";
-            if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+            bool too_old = false;   /* else, say what the error's hint says (a driver too old for the PTX) */
+            if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
                 snprintf(gpu, sizeof gpu, "the GPU (%s, compute capability %d.%d)", prop.name,
                          prop.major, prop.minor);
+                too_old = prop.major < 8;
+            }
             cudaGetLastError();
-            const bool too_old = e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidKernelImage;
             if (why && why_len)
                 snprintf(why, why_len, "%s cannot run this build's kernels (%s): %s", gpu, cudaGetErrorName(e),
                          too_old ? "they need compute capability 8.0 or newer (A100, RTX 30xx, and later)"
                                  : cuda_hint(e));
+            cudaDeviceReset();   /* the context cudaFree made: not kept (a cpu run holds no GPU memory) */
+            cudaGetLastError();
             return nullptr;
         }
         cublasStatus_t s = cublasCreate(&g_cublas);

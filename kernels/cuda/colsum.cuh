@@ -86,8 +86,9 @@ static void mha_colsum_run(MhaColsumDst dst, F f, int N, int C) {
     if (N <= 0 || C <= 0) return;
     int G = (N + MHA_COLSUM_ROWS - 1) / MHA_COLSUM_ROWS;
     MHA_CU_REQUIRE(G <= 65535, "column reduction: more than 8388480 rows (tokens in one batch): "
-                               "lower train.batch_size or data.max_len (train.grad_accum keeps "
-                               "the effective batch)");
+                               "lower the batch size or data.max_len (train.batch_size, with "
+                               "train.grad_accum to keep the effective batch; mha-predict "
+                               "--batch-size)");
     float *partial = (float *)mha_cu_scratch(MHA_SCRATCH_B, (size_t)NV * G * C * sizeof(float));
     dim3 grid((C + 31) / 32, G), block(32, 8);
     mha_launch(mha_colsum_stage1<NV, F>, grid, block)(partial, f, N, C, G);

@@ -319,6 +319,10 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     *v = mha_emu::kOptinLimit;
     return cudaSuccess;
 }
+inline cudaError_t cudaDeviceReset(void) {
+    mha_emu::flush_copies();
+    return cudaSuccess;
+}
 struct cudaFuncAttributes {
     int maxThreadsPerBlock;
 };

@@ -186,6 +186,46 @@ __attribute__((no_sanitize("address", "undefined"))) inline void mma_tile(float 
         for (int k = 0; k < K; k++)
             for (int n = 0; n < 16; n++) t[16 * m + n] += fa[K * m + k] * fb[16 * k + n];
 }
+
+/* x rounded toward zero to fp32 */
+inline float round_toward_zero(double x) {
+    float f = (float)x;
+    if (std::fabs((double)f) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+
+/* The tensor cores do not round to nearest when they accumulate: Fasi, Higham, Mikaitis and
+ * Pranesh ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) found on V100, T4 and
+ * A100 exact products, summed a few at a time with the accumulator after alignment to the
+ * largest, the bits beyond fp32's precision dropped (toward zero). MHA_EMU_MMA=truncate models
+ * that as: each block of 4 products summed exactly with the accumulator, then rounded toward
+ * zero to fp32 (blocks of 4, the smallest reported, truncate most often). Truncation errors
+ * add up with one sign, so this is the pessimistic side of what a GPU does: the tensor-core
+ * kernels' tolerances must hold under it too (MHA_EMU_MMA=nearest, the default: mma_tile). */
+inline bool mma_truncates(void) {
+    static const int mode = [] {
+        const char *e = getenv("MHA_EMU_MMA");
+        if (!e || !*e || strcmp(e, "nearest") == 0) return 0;
+        if (strcmp(e, "truncate") == 0) return 1;
+        fprintf(stderr, "cuda_emu: MHA_EMU_MMA=%s: expected nearest or truncate\n", e);
+        exit(2);
+    }();
+    return mode == 1;
+}
+template <int K>
+inline void mma_tile_truncating(float *t, const float *fa, const float *fb) {
+    static_assert(K % 4 == 0, "blocks of 4");
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float acc = t[16 * m + n];
+            for (int k0 = 0; k0 < K; k0 += 4) {
+                double s = acc;   /* bf16 and tf32 products are exact in double, so are these sums */
+                for (int k = k0; k < k0 + 4; k++) s += (double)fa[K * m + k] * (double)fb[16 * k + n];
+                acc = round_toward_zero(s);
+            }
+            t[16 * m + n] = acc;
+        }
+}
 }  // namespace detail
 
 template <class Use, int K, class T, class L>
@@ -240,7 +280,8 @@ inline void mma_sync(fragment<accumulator, 16, 16, K, float> &d,
         fb[e] = detail::operand<TB>(b.x[e]);
     }
     memcpy(t, c.x, sizeof t);
-    detail::mma_tile<K>(t, fa, fb);
+    if (detail::mma_truncates()) detail::mma_tile_truncating<K>(t, fa, fb);
+    else detail::mma_tile<K>(t, fa, fb);
     memcpy(d.x, t, sizeof t);
 }
 }  // namespace wmma
