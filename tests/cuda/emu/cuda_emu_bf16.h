@@ -219,7 +219,10 @@ inline void mma_tile_truncating(float *t, const float *fa, const float *fb) {
         for (int n = 0; n < 16; n++) {
             float acc = t[16 * m + n];
             for (int k0 = 0; k0 < K; k0 += 4) {
-                double s = acc;   /* bf16 and tf32 products are exact in double, so are these sums */
+                /* bf16 and tf32 products are exact in double; their sum with acc is too unless
+                 * the terms span more than ~29 binades, where double's own rounding (before
+                 * the truncation) is far below what this models */
+                double s = acc;
                 for (int k = k0; k < k0 + 4; k++) s += (double)fa[K * m + k] * (double)fb[16 * k + n];
                 acc = round_toward_zero(s);
             }
