@@ -197,11 +197,13 @@ inline float round_toward_zero(double x) {
 /* The tensor cores do not round to nearest when they accumulate: Fasi, Higham, Mikaitis and
  * Pranesh ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) found on V100, T4 and
  * A100 exact products, summed a few at a time with the accumulator after alignment to the
- * largest, the bits beyond fp32's precision dropped (toward zero). MHA_EMU_MMA=truncate models
- * that as: each block of 4 products summed exactly with the accumulator, then rounded toward
- * zero to fp32 (blocks of 4, the smallest reported, truncate most often). Truncation errors
- * add up with one sign, so this is the pessimistic side of what a GPU does: the tensor-core
- * kernels' tolerances must hold under it too (MHA_EMU_MMA=nearest, the default: mma_tile). */
+ * largest, the bits shifted out truncated; Khattak and Mikaitis (arXiv:2512.07004) model H100
+ * and B200 in the same terms, with other block sizes. MHA_EMU_MMA=truncate is a simple model of
+ * that: each block of 4 products summed with the accumulator (in double), then rounded toward
+ * zero to fp32. Not bit-exact for any GPU (the hardware truncates each aligned addend, which
+ * can lose more, and in either direction for mixed signs); it makes a long chain of
+ * accumulations drift as truncation does, so that the tensor-core kernels' tolerances are seen
+ * to hold under it too (MHA_EMU_MMA=nearest, the default: mma_tile). */
 inline bool mma_truncates(void) {
     static const int mode = [] {
         const char *e = getenv("MHA_EMU_MMA");

@@ -193,6 +193,24 @@ int main(void) {
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
           "a __syncthreads() skipped by half the block did not abort (status %d)", status);
 
+    /* the emulated tensor-core accumulation: 1 + (-2^-20)(2^-20) = 1 - 2^-40 is 1.0 rounded to
+     * nearest, 1 - 2^-24 truncated; MHA_EMU_MMA=truncate (the cuda_emu_schedule_truncate run)
+     * selects the truncating one */
+    {
+        namespace d = nvcuda::wmma::detail;
+        float fa[16 * 8] = {}, fb[8 * 16] = {}, near[256], trunc[256];
+        fa[0] = -1.0f / 1048576.0f;
+        fb[0] = 1.0f / 1048576.0f;
+        for (int e = 0; e < 256; e++) near[e] = trunc[e] = 1.0f;
+        d::mma_tile<8>(near, fa, fb);
+        d::mma_tile_truncating<8>(trunc, fa, fb);
+        CHECK(near[0] == 1.0f && trunc[0] == nextafterf(1.0f, 0.0f) && trunc[1] == 1.0f,
+              "mma accumulation: nearest %.9g, truncating %.9g %.9g\n", near[0], trunc[0], trunc[1]);
+        const char *m = getenv("MHA_EMU_MMA");
+        CHECK(d::mma_truncates() == (m && strcmp(m, "truncate") == 0),
+              "MHA_EMU_MMA=%s but mma_truncates() is %d\n", m ? m : "", (int)d::mma_truncates());
+    }
+
     printf("%d checks\n", checks);
     if (failures) {
         printf("test_emu_schedule: %d FAILED\n", failures);
