@@ -148,6 +148,25 @@ __device__ __forceinline__ void fb_add(Acc &c, const Acc &t) {
     for (int e = 0; e < c.num_elements; e++) c.x[e] += t.x[e];
 }
 
+/* t = A B for one tile's products, in a zeroed accumulator: A (16 x 64) row-major at a with
+ * pitch lda, B (64 x 16) row-major at b with pitch ldb. The k loop is kept rolled where the
+ * registers are short (tf32x3 at D >= 64: P::kUnrollOuter). */
+template <class P, int D>
+__device__ __forceinline__ void fb_tile_product(typename P::Acc &t, const typename P::E *a, int lda,
+                                                const typename P::E *b, int ldb) {
+    constexpr int KS = P::KS, NTK = FB_TILE / KS;
+    [[maybe_unused]] constexpr int kUnroll = D >= 64 ? P::kUnrollOuter : 16;
+    wmma::fill_fragment(t, 0.0f);
+#pragma unroll (kUnroll)
+    for (int kk = 0; kk < NTK; kk++) {
+        typename P::A xa;
+        typename P::template B<wmma::row_major> yb;
+        P::load(xa, a + kk * KS, lda);
+        P::load(yb, b + kk * KS * ldb, ldb);
+        P::mma(t, xa, yb);
+    }
+}
+
 /* Element type of the dynamic shared memory: 128-byte alignment for the WMMA pointers. */
 struct alignas(128) FbSmemChunk {
     unsigned char bytes[128];
@@ -204,9 +223,7 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     using E = typename P::E;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
     /* 16-wide blocks of D and of the tile (output columns); KS-deep steps along them (k) */
-    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
-    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
-    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
+    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, HALF = FB_TILE / 2;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sQ = reinterpret_cast<E *>(base + Cfg::oQ);           /* (64, D+PAD) */
@@ -313,15 +330,7 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 #pragma unroll
         for (int n = 0; n < DN; n++) {
             typename P::Acc oc, pv;
-            wmma::fill_fragment(pv, 0.0f);
-#pragma unroll (UNROLL_K)
-            for (int kk = 0; kk < NTK; kk++) {
-                typename P::A pa;
-                typename P::template B<wmma::row_major> vb;
-                P::load(pa, sPw + kk * KS, LDP);
-                P::load(vb, sV + kk * KS * LDH + n * 16, LDH);
-                P::mma(pv, pa, vb);
-            }
+            fb_tile_product<P, D>(pv, sPw, LDP, sV + n * 16, LDH);
             wmma::load_matrix_sync(oc, sOw + n * 16, LDO, wmma::mem_row_major);
             fb_add(oc, pv);
             wmma::store_matrix_sync(sOw + n * 16, oc, LDO, wmma::mem_row_major);
@@ -358,9 +367,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     using Pi = FbPitch<P, D>;
     using E = typename P::E;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
-    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
-    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
-    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
+    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, HALF = FB_TILE / 2;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sQ = reinterpret_cast<E *>(base + Cfg::oQ);             /* (64, D+PAD) queries */
@@ -446,15 +453,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
 #pragma unroll
         for (int n = 0; n < DN; n++) {
             typename P::Acc t;
-            wmma::fill_fragment(t, 0.0f);
-#pragma unroll (UNROLL_K)
-            for (int kk = 0; kk < NTK; kk++) {
-                typename P::A da;
-                typename P::template B<wmma::row_major> kb;
-                P::load(da, sdSw + kk * KS, LDP);
-                P::load(kb, sK + kk * KS * LDH + n * 16, LDH);
-                P::mma(t, da, kb);
-            }
+            fb_tile_product<P, D>(t, sdSw, LDP, sK + n * 16, LDH);
             fb_add(dq[n], t);
         }
     }
@@ -490,9 +489,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     using Pi = FbPitch<P, D>;
     using E = typename P::E;
     constexpr int LDH = Pi::H, LDS = Pi::S, LDP = Pi::Pp, LDO = Pi::O, KS = P::KS;
-    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, NTK = FB_TILE / KS, HALF = FB_TILE / 2;
-    /* the k loops of the per-tile products: rolled where the registers are short (tf32x3, D = 64) */
-    [[maybe_unused]] constexpr int UNROLL_K = D >= 64 ? P::kUnrollOuter : 16;
+    constexpr int DN = D / 16, DKS = D / KS, NT = FB_TILE / 16, HALF = FB_TILE / 2;
     MHA_DYNAMIC_SMEM(FbSmemChunk, fb_smem);
     unsigned char *base = reinterpret_cast<unsigned char *>(fb_smem);
     E *sK = reinterpret_cast<E *>(base + Cfg::oK);             /* (64, D+PAD) keys */
@@ -591,25 +588,9 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
 #pragma unroll
         for (int n = 0; n < DN; n++) {
             typename P::Acc t;
-            wmma::fill_fragment(t, 0.0f);
-#pragma unroll (UNROLL_K)
-            for (int kk = 0; kk < NTK; kk++) {
-                typename P::A xa;
-                typename P::template B<wmma::row_major> yb;
-                P::load(xa, sPZw + kk * KS, LDP);
-                P::load(yb, sdO + kk * KS * LDH + n * 16, LDH);
-                P::mma(t, xa, yb);
-            }
+            fb_tile_product<P, D>(t, sPZw, LDP, sdO + n * 16, LDH);
             fb_add(dv[n], t);
-            wmma::fill_fragment(t, 0.0f);
-#pragma unroll (UNROLL_K)
-            for (int kk = 0; kk < NTK; kk++) {
-                typename P::A xa;
-                typename P::template B<wmma::row_major> yb;
-                P::load(xa, sdSw + kk * KS, LDP);
-                P::load(yb, sQ + kk * KS * LDH + n * 16, LDH);
-                P::mma(t, xa, yb);
-            }
+            fb_tile_product<P, D>(t, sdSw, LDP, sQ + n * 16, LDH);
             fb_add(dk[n], t);
         }
     }
