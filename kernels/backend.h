@@ -200,8 +200,9 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len);
  * OMP_WAIT_POLICY=ACTIVE to keep spinning on a dedicated machine. */
 void mha_cpu_prefer_passive_wait(char **argv);
 
-/* The CUDA backend, or NULL when the binary was built without CUDA, no device is visible, or
- * the GPU cannot run its kernels (before sm_80); `why` (may be NULL) receives a one-line reason.
+/* The CUDA backend, or NULL when the binary was built without CUDA, no device is visible, the
+ * programs' CUDA module cannot be opened (kernels/cuda_loader.c), or the GPU cannot run its
+ * kernels (before sm_80); `why` (may be NULL) receives a one-line reason.
  * tf32: the fp32 GEMMs may use TF32 tensor cores.
  * bf16: mixed precision (train.precision = "bf16"): the linear layers' GEMMs and the fused
  * attention's products take bf16 inputs with fp32 accumulation; parameters, gradients,

@@ -1,9 +1,9 @@
 /* kernels/cuda/mha_cuda.h: extras of the CUDA backend beyond the Backend table (C API).
  *
- * These symbols exist only in builds with the CUDA backend (meson defines have_cuda);
- * kernels/cuda_absent.c does not provide them, so callers outside kernels/cuda/ must be
- * compiled only when CUDA is built, or check mha_cuda_backend() != NULL first and guard
- * the call with a build-time macro.
+ * These symbols exist only where the CUDA backend is linked in: the CUDA tests and the
+ * attention benchmark (cuda_test_dep in meson.build). The programs open the backend as a module
+ * (kernels/cuda_loader.c) and reach it through the Backend table only; neither
+ * kernels/cuda_absent.c nor the loader provides these.
  */
 #ifndef MHA_KERNELS_CUDA_MHA_CUDA_H
 #define MHA_KERNELS_CUDA_MHA_CUDA_H
