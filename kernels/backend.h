@@ -203,7 +203,8 @@ void mha_cpu_prefer_passive_wait(char **argv);
 /* The CUDA backend, or NULL when the binary was built without CUDA, no device is visible, the
  * programs' CUDA module cannot be opened (kernels/cuda_loader.c), or the GPU cannot run its
  * kernels (before sm_80); `why` (may be NULL) receives a one-line reason.
- * tf32: the fp32 GEMMs may use TF32 tensor cores.
+ * tf32: the fp32 GEMMs may use TF32 tensor cores (cuBLAS's math mode of the backend's one
+ * handle: it holds for the fp32 table from this call on, until a call with the other value).
  * bf16: mixed precision (train.precision = "bf16"): the linear layers' GEMMs and the fused
  * attention's products take bf16 inputs with fp32 accumulation; parameters, gradients,
  * optimizer state, activations, LayerNorm and softmax statistics stay fp32. The fp32 and the

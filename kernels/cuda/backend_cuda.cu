@@ -231,8 +231,9 @@ static void cu_zero(void *p, size_t bytes) {
 
 static void cu_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-/* Scratch: grows to the largest request (+1/8 slack); cudaFree synchronises the device, so a
- * buffer still in use by an earlier kernel is never released under it. */
+/* Scratch: grows to the largest request (+1/8 slack). Before the old buffer is released the
+ * device is synchronised, so no kernel still queued on it loses it (cudaFree "may perform
+ * implicit synchronization", says the runtime's header: not a promise). Growing is rare. */
 static void *g_scratch[MHA_SCRATCH_COUNT];
 static size_t g_scratch_cap[MHA_SCRATCH_COUNT];
 
@@ -240,6 +241,7 @@ void *mha_cu_scratch(int slot, size_t bytes) {
     if (bytes <= g_scratch_cap[slot] && g_scratch[slot]) return g_scratch[slot];
     if (g_scratch[slot]) {
         account_remove(g_scratch[slot]);
+        CUDA_CHECK(cudaDeviceSynchronize());
         CUDA_CHECK(cudaFree(g_scratch[slot]));
         g_scratch[slot] = nullptr;
         g_scratch_cap[slot] = 0;

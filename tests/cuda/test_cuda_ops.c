@@ -6,7 +6,8 @@
  * Pass: max|gpu - cpu| / max|cpu| < 1e-5 (fp32), exact for integer outputs; any NaN fails.
  * Also: determinism (embedding and fused-attention backward twice, bitwise equal) and the
  * fused attention against the materialising one on the GPU. The fused attention is checked on
- * both kernels of the fp32 table (tf32x3 tensor cores for HS <= 64, and FFMA).
+ * both kernels of the fp32 table (tf32x3 tensor cores for HS <= 64, and FFMA). With
+ * train.tf32 (cuBLAS's TF32 math mode) the GEMM-based ops within 1e-3 (test_tf32).
  *
  * Without a visible CUDA device: prints "SKIP: no CUDA device visible" and exits 77.
  * Run a subset: MHA_TEST_FILTER=attention (substring of the check names). MHA_TEST_EMU=1
@@ -107,6 +108,72 @@ static void test_linear_post(const Backend *g, const char *tag, int N, int IC, i
         }
         free_all();
     }
+}
+
+/* train.tf32: cuBLAS may run the fp32 GEMMs on TF32 tensor cores (operands with 10-bit
+ * mantissas, fp32 sums). The math mode belongs to the backend's one cuBLAS handle, so
+ * mha_cuda_backend(1, ...) switches it for the fp32 table, and (0, ...) back. The linear layer
+ * and the materialising attention (its GEMMs are cuBLAS's) must stay within TF32_TOL of the
+ * cpu, the issue's bound for TF32, and must not give the bits of the fp32 mode (else TF32 was
+ * not used: the emulation rounds the GEMMs' operands to tf32 in that mode). */
+#define TF32_TOL 1e-3
+static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
+    char name[160], n2[220], why[256];
+    snprintf(name, sizeof name, "tf32 linear N=%d IC=%d OC=%d, attention math B=%d T=%d NH=%d HS=%d",
+             N, IC, OC, B, T, NH, HS);
+    if (!wanted(name)) return;
+    const size_t n = (size_t)N * OC;
+    Buf *inp = in_rand((size_t)N * IC, -1, 1), *w = in_rand((size_t)OC * IC, -0.5f, 0.5f);
+    Buf *bias = in_rand(OC, -1, 1), *out = out_poison(n, 4);
+    Buf *dout = in_rand(n, -1, 1), *dinp = out_poison((size_t)N * IC, 4), *dw = in_rand((size_t)OC * IC, -1, 1);
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    int32_t *hl = make_lengths(B, T, 0);
+    Buf *len = in_i(hl, B), *qkv = in_rand(nqkv, -1.5f, 1.5f);
+    Buf *aout = out_poison(nout, 4), *att = out_poison(natt, 4);
+    Buf *adout = in_rand(nout, -1, 1), *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
+
+    CHECK(mha_cuda_backend(1, 0, why, sizeof why) == gpu, "mha_cuda_backend(tf32 = 1) gave another table: %s", why);
+    cpu->linear_forward(FC(out), FC(inp), FC(w), FC(bias), N, IC, OC);
+    gpu->linear_forward(F(out), F(inp), F(w), F(bias), N, IC, OC);
+    cpu->linear_backward(FC(dinp), FC(dw), NULL, FC(dout), FC(inp), FC(w), N, IC, OC, 0);
+    gpu->linear_backward(F(dinp), F(dw), NULL, F(dout), F(inp), F(w), N, IC, OC, 0);
+    cpu->attention_forward_math(FC(aout), FC(att), FC(qkv), IC(len), B, T, C, NH, 0, 0.0f, 1);
+    gpu->attention_forward_math(F(aout), F(att), F(qkv), I(len), B, T, C, NH, 0, 0.0f, 1);
+    cpu->attention_backward_math(FC(dqkv), FC(datt), FC(adout), FC(qkv), FC(att), IC(len), B, T, C, NH, 0, 0.0f, 1);
+    gpu->attention_backward_math(F(dqkv), F(datt), F(adout), F(qkv), F(att), I(len), B, T, C, NH, 0, 0.0f, 1);
+    float *tf = gpu->alloc(n * 4);
+    gpu->copy(tf, F(out), n * 4);
+    mha_cuda_backend(0, 0, why, sizeof why);   /* fp32 again, for this comparison and the rest */
+    snprintf(n2, sizeof n2, "%s: linear forward", name);
+    cmp_f(n2, out, n, TF32_TOL);
+    snprintf(n2, sizeof n2, "%s: linear backward dinp", name);
+    cmp_f(n2, dinp, (size_t)N * IC, TF32_TOL);
+    snprintf(n2, sizeof n2, "%s: linear backward dw", name);
+    cmp_f(n2, dw, (size_t)OC * IC, TF32_TOL);
+    snprintf(n2, sizeof n2, "%s: attention math out", name);
+    cmp_f(n2, aout, nout, TF32_TOL);
+    snprintf(n2, sizeof n2, "%s: attention math att", name);
+    cmp_f(n2, att, natt, TF32_TOL);
+    snprintf(n2, sizeof n2, "%s: attention math dqkv", name);
+    cmp_f(n2, dqkv, nqkv, TF32_TOL);
+
+    /* and in fp32 mode the same product gives other bits */
+    gpu->linear_forward(F(out), F(inp), F(w), F(bias), N, IC, OC);
+    float *h0 = malloc(n * 4 + 1), *h1 = malloc(n * 4 + 1);
+    gpu->to_host(h0, tf, n * 4);
+    gpu->to_host(h1, F(out), n * 4);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += h0[i] != h1[i];
+    snprintf(n2, sizeof n2, "%s: tf32 and fp32 modes give other bits", name);
+    n_checks++;
+    printf("%-4s %-64s %zu of %zu differ\n", differ ? "ok" : "FAIL", n2, differ, n);
+    CHECK(differ > 0, "%s: the linear forward gave fp32's bits with TF32 allowed (TF32 not used?)", n2);
+    free(h0);
+    free(h1);
+    gpu->free(tf);
+    free(hl);
+    free_all();
 }
 
 static void test_embed(int B, int T, int C, int V, int with_dpos) {
@@ -538,6 +605,9 @@ int main(void) {
         if (gpu16) test_linear_post(gpu16, "bf16 ", 300, 96, 130, 1e-2);
         else printf("bf16 linear_forward_post: skipped (%s)\n", why);
     }
+
+    if (emu) test_tf32(64, 40, 48, 2, 20, 2, 8);
+    else test_tf32(512, 128, 384, 4, 128, 4, 32);
 
     test_embed(3, 9, 16, 11, 1);
     test_embed(2, 5, 7, 3, 0);

@@ -705,7 +705,26 @@ inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
     *h = reinterpret_cast<cublasHandle_t>(&mha_emu::last_error);
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+namespace mha_emu {
+/* The handle's math mode: with CUBLAS_TF32_TENSOR_OP_MATH the emulated SGEMMs take their
+ * operands rounded to tf32, as a GPU's TF32 tensor cores read them (train.tf32). */
+inline cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+
+/* x rounded to tf32, to nearest with ties away from zero (cvt.rna.tf32.f32): the low 13
+ * mantissa bits cleared. NaN and infinity pass through. */
+inline float tf32_rna(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+}  // namespace mha_emu
+
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t mode) {
+    mha_emu::math_mode = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
 inline cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 inline const char *cublasGetStatusString(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
@@ -720,13 +739,18 @@ inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, in
     if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return CUBLAS_STATUS_INVALID_VALUE;
     if (ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+    const bool tf32 = math_mode == CUBLAS_TF32_TENSOR_OP_MATH;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             double s = 0;
             for (int l = 0; l < k; l++) {
-                double a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
-                double b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
-                s += a * b;
+                float a = ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda];
+                float b = tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb];
+                if (tf32) {
+                    a = tf32_rna(a);
+                    b = tf32_rna(b);
+                }
+                s += (double)a * b;
             }
             float *c = &C[i + (size_t)j * ldc];
             *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);

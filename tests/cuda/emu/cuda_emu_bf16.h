@@ -112,15 +112,8 @@ namespace precision {
 struct tf32 {};   /* stored as float; the tensor cores read only its top 19 bits */
 }  // namespace precision
 
-/* tf32 of x, rounded to nearest with ties away from zero (cvt.rna.tf32.f32): the low 13
- * mantissa bits cleared. NaN and infinity pass through. */
-inline float __float_to_tf32(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
+/* tf32 of x, rounded to nearest with ties away from zero (cvt.rna.tf32.f32). */
+inline float __float_to_tf32(float x) { return mha_emu::tf32_rna(x); }
 
 namespace detail {
 template <class T> struct storage { typedef T type; };
