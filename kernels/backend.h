@@ -176,6 +176,13 @@ typedef struct Backend {
     const char *(*attention_kernel)(int hs);
 } Backend;
 
+/* The interface of this table as the programs and their CUDA module (kernels/cuda_loader.c)
+ * must share it: MHA_BACKEND_ABI is raised whenever a field of Backend changes meaning or
+ * order, and the size of the table counts too. The loader refuses a module built with
+ * another. */
+#define MHA_BACKEND_ABI 1
+#define MHA_BACKEND_ABI_ID ((unsigned long)MHA_BACKEND_ABI << 16 | (unsigned long)sizeof(Backend))
+
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
  * counts so they do not oversubscribe each other. */
 const Backend *mha_cpu_backend(int threads);

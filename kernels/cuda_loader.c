@@ -9,9 +9,10 @@
  * Before the module, the NVIDIA driver (libcuda.so.1) is asked how many devices it sees: on a
  * machine without a driver or without a GPU, "auto" decides for the CPU without loading the
  * module either. The module is looked for beside the program (the build folder) and then in
- * the folder it is installed to (MHA_CUDA_MODULE_DIR, set by meson.build); its own
- * mha_cuda_backend() and mha_cuda_device_visible() (kernels/cuda/backend_cuda.cu) do the rest.
- * The CUDA tests link the backend statically instead (tests/cuda/meson.build).
+ * the folder it is installed to (MHA_CUDA_MODULE_DIR, set by meson.build); a module built
+ * against another Backend table (MHA_BACKEND_ABI_ID, kernels/backend.h) is refused; its own
+ * mha_cuda_backend() (kernels/cuda/backend_cuda.cu) does the rest. The CUDA tests link the
+ * backend statically instead (tests/cuda/meson.build).
  */
 #include "kernels/backend.h"
 
@@ -34,7 +35,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_devices = -2;            /* -2 not asked yet, -1 no usable driver, else the count */
 static char g_driver_why[256];        /* why there is no device, when g_devices <= 0 */
 static void *g_module;                /* the opened module, or NULL */
-static char g_module_why[1200];       /* why it could not be opened */
+static char g_module_why[2 * PATH_MAX + 512];   /* why it could not be opened (a path and dlerror) */
 static int g_module_tried;
 
 /* The devices the driver sees, asked once (cuInit and cuDeviceGetCount of libcuda.so.1). */
@@ -58,8 +59,12 @@ static int driver_devices(void) {
     if (rc == 0) rc = cu_count(&count);
     if (rc == 100) count = 0;   /* CUDA_ERROR_NO_DEVICE */
     else if (rc != 0) {
+        /* CUresult cuGetErrorName(CUresult, const char **) */
+        int (*cu_name)(int, const char **) = (int (*)(int, const char **))dlsym(drv, "cuGetErrorName");
+        const char *name = NULL;
+        if (!cu_name || cu_name(rc, &name) != 0 || !name) name = "an unknown CUresult";
         snprintf(g_driver_why, sizeof g_driver_why,
-                 "no CUDA device visible (the NVIDIA driver's cuInit failed with CUresult %d)", rc);
+                 "no CUDA device visible (the NVIDIA driver's cuInit failed: %s, %d)", name, rc);
         return g_devices = -1;
     }
     if (count == 0)
@@ -81,33 +86,48 @@ static void program_dir(char *dir, size_t len) {
     snprintf(dir, len, "%s", exe);
 }
 
+/* Opens the module at `path` and checks that it was built with this program's Backend table;
+ * NULL with the reason in `err` otherwise. */
+static void *open_checked(const char *path, char *err, size_t len) {
+    void *m = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!m) {
+        const char *e = dlerror();
+        e = e ? e : "dlopen failed";
+        snprintf(err, len, "the CUDA backend %s could not be loaded (%s)%s", path, e,
+                 strstr(e, "cannot open shared object file")
+                     ? ": are the CUDA runtime and cuBLAS libraries it was built with on the loader "
+                       "path (LD_LIBRARY_PATH)?"
+                     : "");
+        return NULL;
+    }
+    unsigned long (*abi)(void) = (unsigned long (*)(void))dlsym(m, "mha_cuda_module_abi");
+    const unsigned long want = MHA_BACKEND_ABI_ID;
+    if (!abi || abi() != want) {
+        snprintf(err, len, "the CUDA backend %s was built from other sources than this program "
+                 "(interface %#lx, the program's %#lx): rebuild both (ninja -C BUILD) or reinstall",
+                 path, abi ? abi() : 0UL, want);
+        return NULL;   /* left loaded: closing it would run the CUDA runtime's teardown for nothing */
+    }
+    return m;
+}
+
 static void *open_module(void) {
     if (g_module_tried) return g_module;
     g_module_tried = 1;
-    char dir[PATH_MAX], paths[2][PATH_MAX + 64], errs[2][512];
+    char dir[PATH_MAX], paths[2][PATH_MAX + 64];
     program_dir(dir, sizeof dir);
-    snprintf(paths[0], sizeof paths[0], "%s%s", dir, MODULE_NAME);
-    snprintf(paths[1], sizeof paths[1], "%s/%s", MHA_CUDA_MODULE_DIR, MODULE_NAME);
-    int present = -1;   /* the first path that exists, whose error is the one to report */
-    for (int k = 0; k < 2; k++) {
-        errs[k][0] = '\0';
+    int n = 0;
+    if (dir[0]) snprintf(paths[n++], sizeof paths[0], "%s%s", dir, MODULE_NAME);
+    snprintf(paths[n++], sizeof paths[0], "%s/%s", MHA_CUDA_MODULE_DIR, MODULE_NAME);
+    for (int k = 0; k < n; k++) {   /* the first one that exists is the one used, or reported */
         if (access(paths[k], F_OK) != 0) continue;
-        if (present < 0) present = k;
-        g_module = dlopen(paths[k], RTLD_NOW | RTLD_LOCAL);
-        if (g_module) return g_module;
-        const char *e = dlerror();
-        snprintf(errs[k], sizeof errs[k], "%s", e ? e : "dlopen failed");
+        g_module = open_checked(paths[k], g_module_why, sizeof g_module_why);
+        return g_module;
     }
-    if (present < 0)
-        snprintf(g_module_why, sizeof g_module_why,
-                 "this mha was built with CUDA, but its CUDA backend %s is neither beside the program "
-                 "(%s) nor in %s: rebuild (ninja -C BUILD builds it beside mha-train) or reinstall",
-                 MODULE_NAME, dir[0] ? dir : "?", MHA_CUDA_MODULE_DIR);
-    else
-        snprintf(g_module_why, sizeof g_module_why,
-                 "the CUDA backend %s could not be loaded (%s); are the CUDA runtime and cuBLAS "
-                 "libraries it was built with on the loader path (LD_LIBRARY_PATH)?",
-                 paths[present], errs[present]);
+    snprintf(g_module_why, sizeof g_module_why,
+             "the CUDA backend of this build, %s, is neither beside the program (%s) nor in %s: "
+             "rebuild (ninja -C BUILD builds it beside mha-train) or reinstall",
+             MODULE_NAME, dir[0] ? dir : "its folder is unknown", MHA_CUDA_MODULE_DIR);
     return NULL;
 }
 
@@ -115,8 +135,8 @@ static void *module_symbol(const char *name) {
     void *m = open_module();
     if (!m) return NULL;
     void *f = dlsym(m, name);
-    if (!f) snprintf(g_module_why, sizeof g_module_why, "the CUDA backend module has no %s (a stale %s? rebuild)",
-                     name, MODULE_NAME);
+    if (!f) snprintf(g_module_why, sizeof g_module_why, "the CUDA backend %s has no %s: rebuild it",
+                     MODULE_NAME, name);
     return f;
 }
 

@@ -163,6 +163,7 @@ static void *cu_alloc(size_t bytes) {
 static void cu_free(void *p) {
     if (!p) return;
     account_remove(p);
+    CUDA_CHECK(cudaDeviceSynchronize());   /* no queued kernel loses it (see mha_cu_scratch) */
     CUDA_CHECK(cudaFree(p));
 }
 
@@ -354,6 +355,10 @@ static void fill_table_bf16(Backend *t) {
 /* Never launched: cudaFuncGetAttributes on it fails where the GPU can run none of this
  * build's kernel images (kernels/cuda/meson.build: sm_80, sm_90, compute_90 PTX). */
 __global__ void cu_image_probe(void) {}
+
+/* What the programs' loader (kernels/cuda_loader.c) compares with its own MHA_BACKEND_ABI_ID
+ * before it uses this module's table. */
+extern "C" unsigned long mha_cuda_module_abi(void) { return MHA_BACKEND_ABI_ID; }
 
 extern "C" int mha_cuda_device_visible(void) {
     int count = 0;

@@ -114,9 +114,23 @@ static void test_linear_post(const Backend *g, const char *tag, int N, int IC, i
  * mantissas, fp32 sums). The math mode belongs to the backend's one cuBLAS handle, so
  * mha_cuda_backend(1, ...) switches it for the fp32 table, and (0, ...) back. The linear layer
  * and the materialising attention (its GEMMs are cuBLAS's) must stay within TF32_TOL of the
- * cpu, the issue's bound for TF32, and must not give the bits of the fp32 mode (else TF32 was
- * not used: the emulation rounds the GEMMs' operands to tf32 in that mode). */
+ * cpu, the issue's bound for TF32. And TF32 must really be used, and fp32 really not: a row
+ * of 1 + 2^-12 times a column of ones over K = 128 is 128 + 2^-5 in fp32 (every partial sum
+ * exact, in any order) and exactly 128 in TF32 (1 + 2^-12 rounds, or truncates, to 1). The
+ * emulation rounds the GEMMs' operands to tf32 in that mode. NVIDIA_TF32_OVERRIDE=0 (the
+ * driver's switch that forbids TF32) skips the "TF32 used" half. */
 #define TF32_TOL 1e-3
+static void check_all_equal(const char *what, const float *d, size_t n, float want) {
+    float *h = malloc(n * 4 + 1);
+    gpu->to_host(h, d, n * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != want;
+    n_checks++;
+    printf("%-4s %-64s %zu of %zu are not %.5f\n", bad ? "FAIL" : "ok", what, bad, n, want);
+    CHECK(bad == 0, "%s: %zu of %zu elements are not %.5f (e.g. %.7f)", what, bad, n, want, h[0]);
+    free(h);
+}
+
 static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     char name[160], n2[220], why[256];
     snprintf(name, sizeof name, "tf32 linear N=%d IC=%d OC=%d, attention math B=%d T=%d NH=%d HS=%d",
@@ -132,6 +146,15 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     Buf *len = in_i(hl, B), *qkv = in_rand(nqkv, -1.5f, 1.5f);
     Buf *aout = out_poison(nout, 4), *att = out_poison(natt, 4);
     Buf *adout = in_rand(nout, -1, 1), *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
+    /* the exact probe: (256, 128) of 1 + 2^-12 times (256, 128) of ones */
+    enum { PN = 256, PK = 128, PO = 256 };
+    float *ph = malloc((size_t)PN * PK * 4);
+    for (size_t i = 0; i < (size_t)PN * PK; i++) ph[i] = 1.0f + 0x1p-12f;
+    Buf *pa = in_f(ph, (size_t)PN * PK);
+    for (size_t i = 0; i < (size_t)PO * PK; i++) ph[i] = 1.0f;
+    Buf *pw = in_f(ph, (size_t)PO * PK);
+    free(ph);
+    float *probe = gpu->alloc((size_t)PN * PO * 4);
 
     CHECK(mha_cuda_backend(1, 0, why, sizeof why) == gpu, "mha_cuda_backend(tf32 = 1) gave another table: %s", why);
     cpu->linear_forward(FC(out), FC(inp), FC(w), FC(bias), N, IC, OC);
@@ -142,9 +165,16 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     gpu->attention_forward_math(F(aout), F(att), F(qkv), I(len), B, T, C, NH, 0, 0.0f, 1);
     cpu->attention_backward_math(FC(dqkv), FC(datt), FC(adout), FC(qkv), FC(att), IC(len), B, T, C, NH, 0, 0.0f, 1);
     gpu->attention_backward_math(F(dqkv), F(datt), F(adout), F(qkv), F(att), I(len), B, T, C, NH, 0, 0.0f, 1);
-    float *tf = gpu->alloc(n * 4);
-    gpu->copy(tf, F(out), n * 4);
-    mha_cuda_backend(0, 0, why, sizeof why);   /* fp32 again, for this comparison and the rest */
+    const char *override = getenv("NVIDIA_TF32_OVERRIDE");
+    snprintf(n2, sizeof n2, "%s: TF32 used (probe = 128)", name);
+    gpu->linear_forward(probe, F(pa), F(pw), NULL, PN, PK, PO);
+    if (override && strcmp(override, "0") == 0) printf("skip %-64s NVIDIA_TF32_OVERRIDE=0\n", n2);
+    else check_all_equal(n2, probe, (size_t)PN * PO, 128.0f);
+    mha_cuda_backend(0, 0, why, sizeof why);   /* fp32 again, for the probe and the rest */
+    snprintf(n2, sizeof n2, "%s: fp32 again (probe = 128 + 2^-5)", name);
+    gpu->linear_forward(probe, F(pa), F(pw), NULL, PN, PK, PO);
+    check_all_equal(n2, probe, (size_t)PN * PO, 128.0f + 0x1p-5f);
+    gpu->free(probe);
     snprintf(n2, sizeof n2, "%s: linear forward", name);
     cmp_f(n2, out, n, TF32_TOL);
     snprintf(n2, sizeof n2, "%s: linear backward dinp", name);
@@ -157,21 +187,6 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     cmp_f(n2, att, natt, TF32_TOL);
     snprintf(n2, sizeof n2, "%s: attention math dqkv", name);
     cmp_f(n2, dqkv, nqkv, TF32_TOL);
-
-    /* and in fp32 mode the same product gives other bits */
-    gpu->linear_forward(F(out), F(inp), F(w), F(bias), N, IC, OC);
-    float *h0 = malloc(n * 4 + 1), *h1 = malloc(n * 4 + 1);
-    gpu->to_host(h0, tf, n * 4);
-    gpu->to_host(h1, F(out), n * 4);
-    size_t differ = 0;
-    for (size_t i = 0; i < n; i++) differ += h0[i] != h1[i];
-    snprintf(n2, sizeof n2, "%s: tf32 and fp32 modes give other bits", name);
-    n_checks++;
-    printf("%-4s %-64s %zu of %zu differ\n", differ ? "ok" : "FAIL", n2, differ, n);
-    CHECK(differ > 0, "%s: the linear forward gave fp32's bits with TF32 allowed (TF32 not used?)", n2);
-    free(h0);
-    free(h1);
-    gpu->free(tf);
     free(hl);
     free_all();
 }
