@@ -29,7 +29,6 @@
 #define MODULE_NAME "libmha-cuda.so"
 
 typedef const Backend *(*BackendFn)(int tf32, int bf16, char *why, size_t why_len);
-typedef int (*VisibleFn)(void);
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_devices = -2;            /* -2 not asked yet, -1 no usable driver, else the count */
