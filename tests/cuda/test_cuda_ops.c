@@ -120,17 +120,6 @@ static void test_linear_post(const Backend *g, const char *tag, int N, int IC, i
  * emulation rounds the GEMMs' operands to tf32 in that mode. NVIDIA_TF32_OVERRIDE=0 (the
  * driver's switch that forbids TF32) skips the "TF32 used" half. */
 #define TF32_TOL 1e-3
-static void check_all_equal(const char *what, const float *d, size_t n, float want) {
-    float *h = malloc(n * 4 + 1);
-    gpu->to_host(h, d, n * 4);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += h[i] != want;
-    n_checks++;
-    printf("%-4s %-64s %zu of %zu are not %.5f\n", bad ? "FAIL" : "ok", what, bad, n, want);
-    CHECK(bad == 0, "%s: %zu of %zu elements are not %.5f (e.g. %.7f)", what, bad, n, want, h[0]);
-    free(h);
-}
-
 static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     char name[160], n2[220], why[256];
     snprintf(name, sizeof name, "tf32 linear N=%d IC=%d OC=%d, attention math B=%d T=%d NH=%d HS=%d",
@@ -146,15 +135,19 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     Buf *len = in_i(hl, B), *qkv = in_rand(nqkv, -1.5f, 1.5f);
     Buf *aout = out_poison(nout, 4), *att = out_poison(natt, 4);
     Buf *adout = in_rand(nout, -1, 1), *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
-    /* the exact probe: (256, 128) of 1 + 2^-12 times (256, 128) of ones */
+    /* the exact probe: (256, 128) of 1 + 2^-12 times (256, 128) of ones; what it must give */
     enum { PN = 256, PK = 128, PO = 256 };
-    float *ph = malloc((size_t)PN * PK * 4);
-    for (size_t i = 0; i < (size_t)PN * PK; i++) ph[i] = 1.0f + 0x1p-12f;
+    const size_t np = (size_t)PN * PO;
+    float *ph = malloc(np * 4);
+    for (size_t i = 0; i < np; i++) ph[i] = 1.0f + 0x1p-12f;
     Buf *pa = in_f(ph, (size_t)PN * PK);
-    for (size_t i = 0; i < (size_t)PO * PK; i++) ph[i] = 1.0f;
+    for (size_t i = 0; i < np; i++) ph[i] = 1.0f;
     Buf *pw = in_f(ph, (size_t)PO * PK);
+    for (size_t i = 0; i < np; i++) ph[i] = 128.0f;
+    Buf *want_tf32 = in_f(ph, np);
+    for (size_t i = 0; i < np; i++) ph[i] = 128.0f + 0x1p-5f;
+    Buf *want_fp32 = in_f(ph, np), *probe = out_poison(np, 4);
     free(ph);
-    float *probe = gpu->alloc((size_t)PN * PO * 4);
 
     CHECK(mha_cuda_backend(1, 0, why, sizeof why) == gpu, "mha_cuda_backend(tf32 = 1) gave another table: %s", why);
     cpu->linear_forward(FC(out), FC(inp), FC(w), FC(bias), N, IC, OC);
@@ -167,26 +160,21 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     gpu->attention_backward_math(F(dqkv), F(datt), F(adout), F(qkv), F(att), I(len), B, T, C, NH, 0, 0.0f, 1);
     const char *override = getenv("NVIDIA_TF32_OVERRIDE");
     snprintf(n2, sizeof n2, "%s: TF32 used (probe = 128)", name);
-    gpu->linear_forward(probe, F(pa), F(pw), NULL, PN, PK, PO);
+    gpu->linear_forward(F(probe), F(pa), F(pw), NULL, PN, PK, PO);
     if (override && strcmp(override, "0") == 0) printf("skip %-64s NVIDIA_TF32_OVERRIDE=0\n", n2);
-    else check_all_equal(n2, probe, (size_t)PN * PO, 128.0f);
+    else cmp_bits_gpu(n2, F(probe), F(want_tf32), np * 4);
     mha_cuda_backend(0, 0, why, sizeof why);   /* fp32 again, for the probe and the rest */
     snprintf(n2, sizeof n2, "%s: fp32 again (probe = 128 + 2^-5)", name);
-    gpu->linear_forward(probe, F(pa), F(pw), NULL, PN, PK, PO);
-    check_all_equal(n2, probe, (size_t)PN * PO, 128.0f + 0x1p-5f);
-    gpu->free(probe);
-    snprintf(n2, sizeof n2, "%s: linear forward", name);
-    cmp_f(n2, out, n, TF32_TOL);
-    snprintf(n2, sizeof n2, "%s: linear backward dinp", name);
-    cmp_f(n2, dinp, (size_t)N * IC, TF32_TOL);
-    snprintf(n2, sizeof n2, "%s: linear backward dw", name);
-    cmp_f(n2, dw, (size_t)OC * IC, TF32_TOL);
-    snprintf(n2, sizeof n2, "%s: attention math out", name);
-    cmp_f(n2, aout, nout, TF32_TOL);
-    snprintf(n2, sizeof n2, "%s: attention math att", name);
-    cmp_f(n2, att, natt, TF32_TOL);
-    snprintf(n2, sizeof n2, "%s: attention math dqkv", name);
-    cmp_f(n2, dqkv, nqkv, TF32_TOL);
+    gpu->linear_forward(F(probe), F(pa), F(pw), NULL, PN, PK, PO);
+    cmp_bits_gpu(n2, F(probe), F(want_fp32), np * 4);
+    const struct { const char *what; Buf *b; size_t n; } outs[] = {
+        {"linear forward", out, n}, {"linear backward dinp", dinp, (size_t)N * IC},
+        {"linear backward dw", dw, (size_t)OC * IC}, {"attention math out", aout, nout},
+        {"attention math att", att, natt}, {"attention math dqkv", dqkv, nqkv}};
+    for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
+        snprintf(n2, sizeof n2, "%s: %s", name, outs[k].what);
+        cmp_f(n2, outs[k].b, outs[k].n, TF32_TOL);
+    }
     free(hl);
     free_all();
 }
