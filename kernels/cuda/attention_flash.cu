@@ -106,18 +106,6 @@ __device__ __forceinline__ void fa_rowmm(float (&acc)[RM][D / 16], const float *
     }
 }
 
-/* Loads rows [row0, row0 + R) of one head's slice (columns off .. off + hs - 1 of each
- * (row stride `stride`) into a zero-padded R x D tile; rows >= nrows are zeros. */
-template <int R, int D, int LD>
-__device__ __forceinline__ void fa_load_tile(float *__restrict__ s, const float *__restrict__ g,
-                                             size_t stride, int row0, int nrows, int hs) {
-    for (int idx = threadIdx.x; idx < R * D; idx += FA_THREADS) {
-        int r = idx / D, d = idx % D;
-        int i = row0 + r;
-        s[r * LD + d] = (i < nrows && d < hs) ? g[(size_t)i * stride + d] : 0.0f;
-    }
-}
-
 __device__ __forceinline__ float fa_half_max(float v) {
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -164,7 +152,7 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
         return;
     }
 
-    fa_load_tile<BQ, D, LD>(sQ, qb, C3, q0, len, hs);
+    fused_load_tile<BQ, D, LD, FA_THREADS>(sQ, qb, C3, q0, len, hs);
 
     float o[RM][DN], m[RM], l[RM];
 #pragma unroll
@@ -179,8 +167,8 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 
     for (int j0 = 0; j0 < kv_end; j0 += BK) {
         __syncthreads();
-        fa_load_tile<BK, D, LD>(sK, qb + C, C3, j0, len, hs);
-        fa_load_tile<BK, D, LD>(sV, qb + 2 * C, C3, j0, len, hs);
+        fused_load_tile<BK, D, LD, FA_THREADS>(sK, qb + C, C3, j0, len, hs);
+        fused_load_tile<BK, D, LD, FA_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
         __syncthreads();
 
         float s[RM][CN];
@@ -285,8 +273,8 @@ fa_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const float *lb = lse + bh * T;
     const float *db = Di + bh * T;
 
-    fa_load_tile<BQ, D, LD>(sQ, qb, C3, q0, len, hs);
-    fa_load_tile<BQ, D, LD>(sdO, dob, C, q0, len, hs);
+    fused_load_tile<BQ, D, LD, FA_THREADS>(sQ, qb, C3, q0, len, hs);
+    fused_load_tile<BQ, D, LD, FA_THREADS>(sdO, dob, C, q0, len, hs);
     float row_lse[RM], row_D[RM];
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -303,8 +291,8 @@ fa_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const int kv_end = a.causal ? min(len, q0 + BQ) : len;
     for (int j0 = 0; j0 < kv_end; j0 += BK) {
         __syncthreads();
-        fa_load_tile<BK, D, LD>(sK, qb + C, C3, j0, len, hs);
-        fa_load_tile<BK, D, LD>(sV, qb + 2 * C, C3, j0, len, hs);
+        fused_load_tile<BK, D, LD, FA_THREADS>(sK, qb + C, C3, j0, len, hs);
+        fused_load_tile<BK, D, LD, FA_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
         __syncthreads();
         float s[RM][CN], dp[RM][CN];
 #pragma unroll
@@ -385,8 +373,8 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     const float *lb = lse + bh * T;
     const float *db = Di + bh * T;
 
-    fa_load_tile<BK, D, LD>(sK, qb + C, C3, j0, len, hs);
-    fa_load_tile<BK, D, LD>(sV, qb + 2 * C, C3, j0, len, hs);
+    fused_load_tile<BK, D, LD, FA_THREADS>(sK, qb + C, C3, j0, len, hs);
+    fused_load_tile<BK, D, LD, FA_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
     float dk[RK][DN], dv[RK][DN];
 #pragma unroll
     for (int r = 0; r < RK; r++)
@@ -399,8 +387,8 @@ fa_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     const int i_start = a.causal ? (j0 / BQ) * BQ : 0;
     for (int i0 = i_start; i0 < len; i0 += BQ) {
         __syncthreads();
-        fa_load_tile<BQ, D, LD>(sQ, qb, C3, i0, len, hs);
-        fa_load_tile<BQ, D, LD>(sdO, dob, C, i0, len, hs);
+        fused_load_tile<BQ, D, LD, FA_THREADS>(sQ, qb, C3, i0, len, hs);
+        fused_load_tile<BQ, D, LD, FA_THREADS>(sdO, dob, C, i0, len, hs);
         __syncthreads();
         float st[RK][CQ], dpt[RK][CQ];
 #pragma unroll

@@ -30,11 +30,14 @@
  *   Q, K, V, dO tiles  E (64, D + PAD)      PAD = 8 bf16 or 4 floats
  *   S, dP scores       fp32 (64, 64 + 4)    (WMMA stores, read by the lanes)
  *   P, dS operands     E (64, 64 + PAD)     (written by the lanes, WMMA matrix_a)
- *   O accumulator      fp32 (64, D + 4)     (forward: rescaled by the lanes, WMMA load/store)
+ *   O staging          fp32 (64, D + 4)     (forward: O rescaled by the lanes, the output)
  * tf32x3 at D = 64: 102 KiB (forward), 119 KiB (dQ), 136.5 KiB (dK/dV) per block.
  *
  * Forward, one block per (query tile, head, example): S = Q K^T (K read as a col_major
- * matrix_b), online softmax per row (m, l in fp32), O = O * alpha then O += P V.
+ * matrix_b), online softmax per row (m, l in fp32), O += P V into accumulator fragments held
+ * across the key tiles. A row's reference maximum m moves only when a score passes it by more
+ * than FB_REBASE, and only then does the warp take O through shared memory to rescale its rows
+ * (O = O * alpha): with scores of one scale, on the first tile only.
  * dQ kernel, one block per query tile: S = Q K^T, dP = dO V^T, dS = P o (dP Z - Di),
  *   dQ += dS K (accumulated in fragments across key tiles).
  * dK/dV kernel, one block per key tile: S^T = K Q^T, dP^T = V dO^T, dV += (P o Z)^T dO,
@@ -62,6 +65,10 @@ namespace wmma = nvcuda::wmma;
 #define FB_THREADS (32 * FB_WARPS)
 #define FB_TILE 64                      /* queries and keys per tile: 16 rows per warp */
 #define FB_ROUND(bytes) (((bytes) + 127) / 128 * 128)
+/* The forward's online softmax moves a row's reference maximum only when a score passes it by
+ * more than this (natural log): p = exp(s - m) <= e^8 ~ 3000, and the running O is rescaled
+ * only on those tiles instead of on every tile where a row's maximum grows. */
+#define FB_REBASE 8.0f
 
 /* The two precisions: E, the element type of the operand tiles in shared memory; KS, the k
  * of one WMMA step; cvt, a float into an operand tile; A and B<Layout>, an operand as the
@@ -193,18 +200,6 @@ struct FbPitch {
     static_assert(tile_o <= 2 * tile_s, "staging fits over S and dP");
 };
 
-/* Rows [row0, row0 + R) of one head's slice (columns 0..hs-1, row stride `stride`) as E into
- * an R x D tile of pitch LDH; rows >= nrows and columns >= hs are zeros. */
-template <class P, int R, int D, int LDH>
-__device__ __forceinline__ void fb_load_tile(typename P::E *__restrict__ s, const float *__restrict__ g,
-                                             size_t stride, int row0, int nrows, int hs) {
-    for (int idx = threadIdx.x; idx < R * D; idx += FB_THREADS) {
-        int r = idx / D, d = idx % D;
-        int i = row0 + r;
-        s[r * LDH + d] = P::cvt((i < nrows && d < hs) ? g[(size_t)i * stride + d] : 0.0f);
-    }
-}
-
 /* ------------------------------------------------------------------ forward */
 
 template <class P, int D>
@@ -252,35 +247,43 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     float *sSw = sS + wr * LDS, *sOw = sO + wr * LDO;
     E *sPw = sP + wr * LDP;
 
-    fb_load_tile<P, FB_TILE, D, LDH>(sQ, qb, C3, q0, len, hs);
-    for (int d = lc; d < D; d += 2) sO[row * LDO + d] = 0.0f;
-    __syncthreads();
-    typename P::A qa[DKS];
+    fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sQ, qb, C3, q0, len, hs);
+    typename P::Acc oacc[DN];   /* the warp's O rows (16 x D), unnormalised, relative to m */
 #pragma unroll
-    for (int kk = 0; kk < DKS; kk++) P::load(qa[kk], sQ + wr * LDH + kk * KS, LDH);
+    for (int n = 0; n < DN; n++) wmma::fill_fragment(oacc[n], 0.0f);
 
+    /* m: the lane's row's reference for the exponentials, p = exp(s - m); l = sum of its p */
     float m = -INFINITY, l = 0.0f;
     const uint64_t bh = (uint64_t)b * a.NH + h;
     const int kv_end = a.causal ? min(len, q0 + FB_TILE) : len;
 
     for (int j0 = 0; j0 < kv_end; j0 += FB_TILE) {
-        __syncthreads();   /* every warp is done with the previous K, V */
-        fb_load_tile<P, FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
-        fb_load_tile<P, FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+        __syncthreads();   /* every warp is done with the previous K, V (and Q, the first time) */
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sK, qb + C, C3, j0, len, hs);
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
         __syncthreads();
 
-        /* S (16 x 64 per warp) = Q K^T; K (key, d) read as the col_major (d, key) matrix_b */
-#pragma unroll (P::kUnrollOuter)
-        for (int n = 0; n < NT; n++) {
-            typename P::Acc sc;
-            wmma::fill_fragment(sc, 0.0f);
+        /* S (16 x 64 per warp) = Q K^T; K (key, d) read as the col_major (d, key) matrix_b. The
+         * k steps outermost, so that each Q fragment is loaded (tf32x3: and split) once per
+         * tile; every S block still sums its k steps in order 0, 1, ... */
+        {
+            typename P::Acc sc[NT];
 #pragma unroll
+            for (int n = 0; n < NT; n++) wmma::fill_fragment(sc[n], 0.0f);
+#pragma unroll (P::kUnrollOuter)
             for (int kk = 0; kk < DKS; kk++) {
-                typename P::template B<wmma::col_major> kb;
-                P::load(kb, sK + n * 16 * LDH + kk * KS, LDH);
-                P::mma(sc, qa[kk], kb);
+                typename P::A qa;
+                P::load(qa, sQ + wr * LDH + kk * KS, LDH);
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    typename P::template B<wmma::col_major> kb;
+                    P::load(kb, sK + n * 16 * LDH + kk * KS, LDH);
+                    P::mma(sc[n], qa, kb);
+                }
             }
-            wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                wmma::store_matrix_sync(sSw + n * 16, sc[n], LDS, wmma::mem_row_major);
         }
         __syncwarp();
 
@@ -295,21 +298,21 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
             mx = fmaxf(mx, s[t]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float mnew = fmaxf(m, mx);
-        float alpha = 1.0f, sum = 0.0f;
-        if (mnew != -INFINITY) {
-            alpha = expf(m - mnew);   /* m = -inf -> 0 */
+        /* The reference moves only when the row's maximum passes it by more than
+         * FB_REBASE (then p <= e^FB_REBASE, far from overflow), and O is rescaled only then;
+         * the first finite maximum always sets it. */
+        const bool rebase = mx > m + FB_REBASE;
+        const float mnew = rebase ? mx : m;
+        const float alpha = rebase ? expf(m - mnew) : 1.0f;   /* m = -inf -> 0 */
+        float sum = 0.0f;
 #pragma unroll
-            for (int t = 0; t < HALF; t++) {
-                float p = expf(s[t] - mnew);   /* masked: exp(-inf) = 0 */
-                s[t] = p;
-                sum += p;
-            }
-        } else {
-#pragma unroll
-            for (int t = 0; t < HALF; t++) s[t] = 0.0f;
+        for (int t = 0; t < HALF; t++) {
+            const float p = mnew != -INFINITY ? expf(s[t] - mnew) : 0.0f;   /* masked: 0 */
+            s[t] = p;
+            sum += p;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        const bool rescale = rebase && l > 0.0f;   /* l = 0: O is still zeros */
         l = l * alpha + sum;
         m = mnew;
 #pragma unroll
@@ -322,22 +325,35 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
             }
             sP[row * LDP + c] = P::cvt(p);
         }
-        for (int d = lc; d < D; d += 2) sO[row * LDO + d] *= alpha;
+        /* O *= alpha row by row, through shared memory (a fragment's rows are not the
+         * kernel's to know), when a row of the warp moved its reference */
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int n = 0; n < DN; n++)
+                wmma::store_matrix_sync(sOw + n * 16, oacc[n], LDO, wmma::mem_row_major);
+            __syncwarp();
+            for (int d = lc; d < D; d += 2) sO[row * LDO + d] *= alpha;
+            __syncwarp();
+#pragma unroll
+            for (int n = 0; n < DN; n++)
+                wmma::load_matrix_sync(oacc[n], sOw + n * 16, LDO, wmma::mem_row_major);
+        }
         __syncwarp();
 
         /* O (16 x D per warp) += P V (the tile's product summed apart: fb_add); V (key, d) is
          * the row_major matrix_b */
 #pragma unroll
         for (int n = 0; n < DN; n++) {
-            typename P::Acc oc, pv;
+            typename P::Acc pv;
             fb_tile_product<P, D>(pv, sPw, LDP, sV + n * 16, LDH);
-            wmma::load_matrix_sync(oc, sOw + n * 16, LDO, wmma::mem_row_major);
-            fb_add(oc, pv);
-            wmma::store_matrix_sync(sOw + n * 16, oc, LDO, wmma::mem_row_major);
+            fb_add(oacc[n], pv);
         }
-        __syncwarp();
     }
 
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+        wmma::store_matrix_sync(sOw + n * 16, oacc[n], LDO, wmma::mem_row_major);
+    __syncwarp();
     if (i < T) {
         const bool valid = i < len && l > 0.0f;
         const float inv = valid ? 1.0f / l : 0.0f;
@@ -396,8 +412,8 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const float row_lse = i < len ? lse[bh * T + i] : 0.0f;
     const float row_D = i < len ? Di[bh * T + i] : 0.0f;
 
-    fb_load_tile<P, FB_TILE, D, LDH>(sQ, qb, C3, q0, len, hs);
-    fb_load_tile<P, FB_TILE, D, LDH>(sdO, dob, C, q0, len, hs);
+    fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sQ, qb, C3, q0, len, hs);
+    fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sdO, dob, C, q0, len, hs);
     typename P::Acc dq[DN];
 #pragma unroll
     for (int n = 0; n < DN; n++) wmma::fill_fragment(dq[n], 0.0f);
@@ -405,8 +421,8 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     const int kv_end = a.causal ? min(len, q0 + FB_TILE) : len;
     for (int j0 = 0; j0 < kv_end; j0 += FB_TILE) {
         __syncthreads();
-        fb_load_tile<P, FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
-        fb_load_tile<P, FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sK, qb + C, C3, j0, len, hs);
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
         __syncthreads();
 
         /* S = Q K^T and dP = dO V^T (16 x 64 per warp) */
@@ -521,8 +537,8 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     float *sSw = sS + wr * LDS, *sDPw = sDP + wr * LDS;
     E *sPZw = sPZ + wr * LDP, *sdSw = sdS + wr * LDP;
 
-    fb_load_tile<P, FB_TILE, D, LDH>(sK, qb + C, C3, j0, len, hs);
-    fb_load_tile<P, FB_TILE, D, LDH>(sV, qb + 2 * C, C3, j0, len, hs);
+    fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sK, qb + C, C3, j0, len, hs);
+    fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sV, qb + 2 * C, C3, j0, len, hs);
     typename P::Acc dk[DN], dv[DN];
 #pragma unroll
     for (int n = 0; n < DN; n++) {
@@ -533,8 +549,8 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     const int i_start = a.causal ? j0 : 0;   /* j0 is a multiple of the query tile */
     for (int i0 = i_start; i0 < len; i0 += FB_TILE) {
         __syncthreads();
-        fb_load_tile<P, FB_TILE, D, LDH>(sQ, qb, C3, i0, len, hs);
-        fb_load_tile<P, FB_TILE, D, LDH>(sdO, dob, C, i0, len, hs);
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sQ, qb, C3, i0, len, hs);
+        fused_load_tile<FB_TILE, D, LDH, FB_THREADS>(sdO, dob, C, i0, len, hs);
         for (int r = threadIdx.x; r < FB_TILE; r += FB_THREADS) {
             const int ii = i0 + r;
             sL[r] = ii < len ? lb[ii] : 0.0f;

@@ -1,7 +1,7 @@
 /* kernels/cuda/attention_fused.cuh: what the two fused attention implementations share
  * (attention_flash.cu in fp32, attention_flash_tc.cu on tensor cores): their
  * arguments and the checks on them, an example's length, the dropout decision of the counter
- * RNG, the output of an all-padding query tile, and Di = rowsum(dO o O) for the backward.
+ * RNG, the output of an all-padding query tile, the loading of a tile, and Di = rowsum(dO o O) for the backward.
  * Defined once so that the two kernels cannot drift apart in what they compute. */
 #ifndef MHA_KERNELS_CUDA_ATTENTION_FUSED_CUH
 #define MHA_KERNELS_CUDA_ATTENTION_FUSED_CUH
@@ -62,6 +62,45 @@ __device__ __forceinline__ void fused_zero_query_tile(float *ob, float *lb, int 
     }
     for (int r = threadIdx.x; r < TILE; r += THREADS)
         if (q0 + r < T) lb[q0 + r] = 0.0f;
+}
+
+/* One value, or four consecutive ones (16-byte aligned), into a shared tile of floats or bf16. */
+__device__ __forceinline__ void fused_put(float *o, float x) { *o = x; }
+__device__ __forceinline__ void fused_put(__nv_bfloat16 *o, float x) { *o = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void fused_put4(float *o, float4 v) { *reinterpret_cast<float4 *>(o) = v; }
+__device__ __forceinline__ void fused_put4(__nv_bfloat16 *o, float4 v) {
+    o[0] = __float2bfloat16_rn(v.x);
+    o[1] = __float2bfloat16_rn(v.y);
+    o[2] = __float2bfloat16_rn(v.z);
+    o[3] = __float2bfloat16_rn(v.w);
+}
+
+/* Rows [row0, row0 + R) of one head's slice (columns 0 .. hs - 1 of rows `stride` floats
+ * apart at g) into an R x D shared tile of pitch LD (E: float, or bf16 rounded to nearest);
+ * rows >= nrows and columns >= hs are zeros. Called by every thread of a block of THREADS.
+ * Four columns per load (float4) when the head size, the stride and g allow it (a head size
+ * that is a multiple of 4 in a 16-byte aligned tensor); one otherwise. LD * sizeof(E) must be
+ * a multiple of 16 and s 16-byte aligned. */
+template <int R, int D, int LD, int THREADS, class E>
+__device__ __forceinline__ void fused_load_tile(E *__restrict__ s, const float *__restrict__ g,
+                                                size_t stride, int row0, int nrows, int hs) {
+    static_assert(D % 4 == 0 && (LD * sizeof(E)) % 16 == 0, "float4 rows");
+    if ((hs & 3) == 0 && (stride & 3) == 0 && ((uintptr_t)g & 15) == 0) {
+        constexpr int D4 = D / 4;
+        for (int idx = threadIdx.x; idx < R * D4; idx += THREADS) {
+            const int r = idx / D4, d = idx % D4 * 4, i = row0 + r;
+            float4 v;
+            if (i < nrows && d < hs) v = *reinterpret_cast<const float4 *>(g + (size_t)i * stride + d);
+            else v.x = v.y = v.z = v.w = 0.0f;
+            fused_put4(s + r * LD + d, v);
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < R * D; idx += THREADS) {
+        const int r = idx / D, d = idx % D, i = row0 + r;
+        fused_put(s + r * LD + d, (i < nrows && d < hs) ? g[(size_t)i * stride + d] : 0.0f);
+    }
 }
 
 /* Di (B, NH, T) = sum_d dO[b,i,h,d] * O[b,i,h,d] for i < len, 0 for padding; one warp per

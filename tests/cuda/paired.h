@@ -99,6 +99,21 @@ static inline Buf *in_rand(size_t n, float lo, float hi) {
     return b;
 }
 
+/* An attention input qkv (B, T, 3C), uniform in [-1.5, 1.5). key_ramp R > 0: the key of
+ * position j scaled by 1 + j / R, so that a query's largest score keeps growing along the keys
+ * by more than one tile's range (the fused forward must then move its reference maximum and
+ * rescale O, which inputs of one scale rarely ask). */
+static inline Buf *in_qkv(int B, int T, int C, int key_ramp) {
+    const size_t n = (size_t)B * T * 3 * C;
+    float *h = h_rand(n, -1.5f, 1.5f);
+    if (key_ramp > 0)
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = C; c < 2 * C; c++) h[r * 3 * C + c] *= 1.0f + (float)(r % T) / (float)key_ramp;
+    Buf *b = in_f(h, n);
+    free(h);
+    return b;
+}
+
 static inline Buf *in_i(const int32_t *host, size_t n) {
     Buf *b = buf_new(n * sizeof(int32_t));
     buf_set(b, host);

@@ -306,11 +306,14 @@ static void test_elementwise(size_t n) {
     }
 }
 
-/* tc: also check the fused attention on the tf32x3 kernel, where it runs for HS on this GPU */
-static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero, int tc) {
-    char name[128], n2[200];
-    snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f", B, T, NH, HS,
-             causal, p);
+/* tc: also check the fused attention on the tf32x3 kernel, where it runs for HS on this GPU;
+ * key_ramp: see in_qkv */
+static void test_attention_scaled(int B, int T, int NH, int HS, int causal, float p, int with_zero,
+                                  int tc, int key_ramp) {
+    char name[128], n2[200], ramp[32] = "";
+    if (key_ramp) snprintf(ramp, sizeof ramp, " keys x(1+j/%d)", key_ramp);
+    snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f%s", B, T, NH, HS,
+             causal, p, ramp);
     if (!wanted(name)) return;
     const int C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
@@ -318,7 +321,7 @@ static void test_attention(int B, int T, int NH, int HS, int causal, float p, in
     const uint64_t seed = 99 + (uint64_t)T;
     int32_t *hl = make_lengths(B, T, with_zero);
     Buf *len = in_i(hl, B);
-    Buf *qkv = in_rand(nqkv, -1.5f, 1.5f);
+    Buf *qkv = in_qkv(B, T, C, key_ramp);   /* (B, T, 3C) */
 
     /* materialising path */
     Buf *out = out_poison(nout, 4), *att = out_poison(natt, 4);
@@ -419,6 +422,10 @@ static void test_attention(int B, int T, int NH, int HS, int causal, float p, in
     mha_cuda_set_fp32_attention(kind0);
     free(hl);
     free_all();
+}
+
+static void test_attention(int B, int T, int NH, int HS, int causal, float p, int with_zero, int tc) {
+    test_attention_scaled(B, T, NH, HS, causal, p, with_zero, tc, 0);
 }
 
 static void test_pool(int B, int T, int C) {
@@ -651,6 +658,11 @@ int main(void) {
     test_attention(2, 70, 1, 128, 0, 0.0f, 0, 1);   /* the D = 128 kernels */
     test_attention(2, 70, 1, 100, 1, 0.1f, 0, 1);   /* HS 100 padded to 128 */
     test_attention(2, 50, 2, 48, 1, 0.0f, 0, 1);    /* HS 48 padded to 64 */
+    test_attention(2, 70, 3, 6, 1, 0.1f, 0, 1);     /* HS 6: tiles loaded a column at a time, not in float4s */
+    /* keys scaled up to 9.3x along the sequence: the forward moves each row's reference
+     * maximum and rescales O (with that rescaling planted as a no-op, both fail, by 1e3 and 2) */
+    test_attention_scaled(2, 200, 2, 16, 0, 0.0f, 0, 1, 24);
+    test_attention_scaled(1, 200, 2, 64, 0, 0.1f, 0, 1, 24);
     /* sums over 1024 keys: tensor cores truncate as they accumulate, so the tensor-core kernels
      * must not carry a sum through every tile's products (fb_add in attention_flash_tc.cu; on
      * the emulation: MHA_EMU_MMA=truncate MHA_TEST_EMU=0 MHA_TEST_FILTER=T=1024, 12 minutes) */

@@ -9,7 +9,7 @@
  *    exited, before the next warp runs (MHA_EMU_ORDER=shuffle: warps interleave at their
  *    warp-level operations); then every thread must be at the same __syncthreads(), which
  *    releases them all. Within a warp the lanes run one after another
- *    from one warp-level operation (shuffle, __syncwarp, mma_sync) to the next, where all 32
+ *    from one warp-level operation (shuffle, vote, __syncwarp, mma_sync) to the next, where all 32
  *    lanes must meet. A __syncthreads() reached by only part of the block (divergent code, an
  *    early return) or threads at different barriers, and a warp-level op with lanes of its
  *    warp exited or elsewhere, abort with the call site, as they would hang or be undefined
@@ -485,7 +485,7 @@ inline void run_thread(int t) {
 }
 
 /* One step of warp w of a block of n threads: each runnable lane runs to its next barrier.
- * Lanes meet at a warp-level operation (shuffle, __syncwarp, mma_sync) before any goes on; the
+ * Lanes meet at a warp-level operation (shuffle, vote, __syncwarp, mma_sync) before any goes on; the
  * hardware requires (full mask) all 32 lanes of the warp at the same one, which releases them.
  * Returns 1 when the warp is parked: every live lane waits at a __syncthreads() or has exited. */
 inline int warp_step(int w, int n) {
@@ -617,11 +617,29 @@ inline T shfl_xor(unsigned int mask, T v, int lane_mask, const char *file, int l
     barrier(kWarpSync, file, line);
     return r;
 }
+
+/* __any_sync: 1 when the predicate is nonzero on any lane of the warp (full mask only) */
+inline int any_sync(unsigned int mask, int pred, const char *file, int line) {
+    static int buf[1024];
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "cuda_emu: %s:%d: vote mask %#x: only full-warp votes are emulated\n",
+                file, line, mask);
+        abort();
+    }
+    const int t = linear_tid(), w0 = t & ~31;
+    buf[t] = pred != 0;
+    barrier(kWarpSync, file, line);
+    int r = 0;
+    for (int k = w0; k < w0 + 32; k++) r |= buf[k];
+    barrier(kWarpSync, file, line);
+    return r;
+}
 }  // namespace mha_emu
 
 #define __syncthreads() mha_emu::barrier(mha_emu::kBlockSync, __FILE__, __LINE__)
 #define __shfl_xor_sync(mask, v, lane_mask) \
     mha_emu::shfl_xor((mask), (v), (lane_mask), __FILE__, __LINE__)
+#define __any_sync(mask, pred) mha_emu::any_sync((mask), (pred), __FILE__, __LINE__)
 /* The warp-level barrier: warp_step requires all 32 lanes of the warp at the same one. */
 #define __syncwarp(...) mha_emu::barrier(mha_emu::kWarpSync, __FILE__, __LINE__)
 
