@@ -37,7 +37,7 @@
  * matrix_b), online softmax per row (m, l in fp32), O += P V into accumulator fragments held
  * across the key tiles. A row's reference maximum m moves only when a score passes it by more
  * than FB_REBASE, and only then does the warp take O through shared memory to rescale its rows
- * (O = O * alpha): with scores of one scale, on the first tile only.
+ * (O = O * alpha): with scores of one scale, never (the first tile sets m while O is zeros).
  * dQ kernel, one block per query tile: S = Q K^T, dP = dO V^T, dS = P o (dP Z - Di),
  *   dQ += dS K (accumulated in fragments across key tiles).
  * dK/dV kernel, one block per key tile: S^T = K Q^T, dP^T = V dO^T, dV += (P o Z)^T dO,
@@ -312,7 +312,8 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
             sum += p;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        const bool rescale = rebase && l > 0.0f;   /* l = 0: O is still zeros */
+        /* l = 0: O is still zeros; rows in the padding (i >= len) are never written out */
+        const bool rescale = rebase && l > 0.0f && i < len;
         l = l * alpha + sum;
         m = mnew;
 #pragma unroll

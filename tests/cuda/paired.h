@@ -8,6 +8,7 @@
 #define MHA_TESTS_CUDA_PAIRED_H
 
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/rng.h"
 #include "tests/test_util.h"
 
@@ -102,13 +103,17 @@ static inline Buf *in_rand(size_t n, float lo, float hi) {
 /* An attention input qkv (B, T, 3C), uniform in [-1.5, 1.5). key_ramp R > 0: the key of
  * position j scaled by 1 + j / R, so that a query's largest score keeps growing along the keys
  * by more than one tile's range (the fused forward must then move its reference maximum and
- * rescale O, which inputs of one scale rarely ask). */
-static inline Buf *in_qkv(int B, int T, int C, int key_ramp) {
+ * rescale O, which inputs of one scale rarely ask). bf16_exact: every value rounded to bf16,
+ * so that a bf16 kernel's rounding of Q, K and V is exact (scores of 10 would otherwise carry
+ * bf16's relative error 2^-9 times 10 into the probabilities, a few percent). */
+static inline Buf *in_qkv(int B, int T, int C, int key_ramp, int bf16_exact) {
     const size_t n = (size_t)B * T * 3 * C;
     float *h = h_rand(n, -1.5f, 1.5f);
     if (key_ramp > 0)
         for (size_t r = 0; r < (size_t)B * T; r++)
             for (int c = C; c < 2 * C; c++) h[r * 3 * C + c] *= 1.0f + (float)(r % T) / (float)key_ramp;
+    if (bf16_exact)
+        for (size_t i = 0; i < n; i++) h[i] = mha_bf16_to_float(mha_bf16_round(h[i]));
     Buf *b = in_f(h, n);
     free(h);
     return b;
@@ -132,6 +137,7 @@ static inline Buf *out_poison(size_t n_elems, size_t elem) {
 
 #define F(b) ((float *)(b)->g)
 #define FC(b) ((float *)(b)->c)
+#undef I   /* <complex.h>'s imaginary unit (cblas.h, through gemm_bf16.h): not used here */
 #define I(b) ((int32_t *)(b)->g)
 #define IC(b) ((int32_t *)(b)->c)
 

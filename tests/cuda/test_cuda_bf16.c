@@ -87,20 +87,23 @@ static void test_linear_bf16(int N, int IC, int OC, int with_bias) {
     free_all();
 }
 
-static void test_attention_bf16(int B, int T, int NH, int HS, int causal, float p, int with_zero) {
-    char name[160], n2[240];
+/* key_ramp: see in_qkv (0: none); its inputs are bf16 values */
+static void test_attention_bf16(int B, int T, int NH, int HS, int causal, float p, int with_zero,
+                                int key_ramp) {
+    char name[160], n2[240], ramp[32] = "";
+    if (key_ramp) snprintf(ramp, sizeof ramp, " keys x(1+j/%d)", key_ramp);
     /* where the bf16 tiles do not fit the GPU's shared memory (D = 128 on sm_86/89) the table
      * runs the fp32 FFMA kernels: held to the same tolerance, but not expected to differ from fp32 */
     const int tc = strncmp(gpu16->attention_kernel(HS), "bf16", 4) == 0;
-    snprintf(name, sizeof name, "bf16 attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f%s", B, T, NH,
-             HS, causal, p, tc ? "" : " [FFMA]");
+    snprintf(name, sizeof name, "bf16 attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f%s%s", B, T,
+             NH, HS, causal, p, ramp, tc ? "" : " [FFMA]");
     if (!wanted(name)) return;
     const int C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     const uint64_t seed = 199 + (uint64_t)T;
     int32_t *hl = make_lengths(B, T, with_zero);
     Buf *len = in_i(hl, B);
-    Buf *qkv = in_rand(nqkv, -1.5f, 1.5f);   /* (B, T, 3C) */
+    Buf *qkv = in_qkv(B, T, C, key_ramp, key_ramp > 0);   /* (B, T, 3C) */
 
     Buf *out = out_poison(nout, 4), *lse = out_poison(nlse, 4);   /* (B, T, C), (B, NH, T) */
     cpu->attention_forward_fused(FC(out), FC(lse), FC(qkv), IC(len), B, T, C, NH, causal, p, seed);
@@ -216,23 +219,28 @@ int main(void) {
 
     /* every head-size kernel (D = 16, 32, 64, 128, with padded columns), several query and key
      * tiles, partial tiles, lengths 0 and 1, causal, dropout */
-    test_attention_bf16(4, 64, 2, 16, 0, 0.0f, 1);
-    test_attention_bf16(3, 130, 3, 8, 1, 0.0f, 0);
-    test_attention_bf16(3, 100, 2, 32, 0, 0.1f, 1);
-    test_attention_bf16(2, 70, 1, 64, 1, 0.1f, 0);
-    test_attention_bf16(2, 70, 1, 100, 0, 0.0f, 0);
+    test_attention_bf16(4, 64, 2, 16, 0, 0.0f, 1, 0);
+    test_attention_bf16(3, 130, 3, 8, 1, 0.0f, 0, 0);
+    test_attention_bf16(3, 100, 2, 32, 0, 0.1f, 1, 0);
+    test_attention_bf16(2, 70, 1, 64, 1, 0.1f, 0, 0);
+    test_attention_bf16(2, 70, 1, 100, 0, 0.0f, 0, 0);
+    test_attention_bf16(2, 70, 3, 6, 1, 0.1f, 0, 0);   /* HS 6: tiles loaded a column at a time */
+    /* keys scaled up to 9.3x along the sequence (bf16 values): the forward moves each row's
+     * reference maximum and rescales O (planted as a no-op, the rescaling fails both) */
+    test_attention_bf16(2, 200, 2, 16, 0, 0.0f, 0, 24);
+    test_attention_bf16(1, 200, 2, 64, 0, 0.1f, 0, 24);
     if (!emu) {
-        test_attention_bf16(2, 50, 2, 48, 1, 0.0f, 0);
-        test_attention_bf16(2, 70, 1, 128, 1, 0.1f, 0);
+        test_attention_bf16(2, 50, 2, 48, 1, 0.0f, 0, 0);
+        test_attention_bf16(2, 70, 1, 128, 1, 0.1f, 0, 0);
         static const int Ts[3] = {7, 64, 200}, HSs[3] = {4, 16, 64};
         for (int ti = 0; ti < 3; ti++)
             for (int hi = 0; hi < 3; hi++)
                 for (int causal = 0; causal < 2; causal++)
                     for (int drop = 0; drop < 2; drop++)
                         test_attention_bf16(3 + (ti == 1), Ts[ti], 2, HSs[hi], causal,
-                                            drop ? 0.1f : 0.0f, ti == 1);
-        test_attention_bf16(8, 512, 8, 64, 0, 0.0f, 1);   /* many tiles, the benchmark's head size */
-        test_attention_bf16(2, 300, 4, 128, 1, 0.1f, 0);
+                                            drop ? 0.1f : 0.0f, ti == 1, 0);
+        test_attention_bf16(8, 512, 8, 64, 0, 0.0f, 1, 0);   /* many tiles, the benchmark's head size */
+        test_attention_bf16(2, 300, 4, 128, 1, 0.1f, 0, 0);
     }
 
     printf("%d checks\n", n_checks);
