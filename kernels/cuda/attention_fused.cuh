@@ -1,7 +1,8 @@
 /* kernels/cuda/attention_fused.cuh: what the two fused attention implementations share
  * (attention_flash.cu in fp32, attention_flash_tc.cu on tensor cores): their
  * arguments and the checks on them, an example's length, the dropout decision of the counter
- * RNG, the output of an all-padding query tile, the loading of a tile, and Di = rowsum(dO o O) for the backward.
+ * RNG, the output of an all-padding query tile, the loading of a tile, and Di = rowsum(dO o O)
+ * for the backward.
  * Defined once so that the two kernels cannot drift apart in what they compute. */
 #ifndef MHA_KERNELS_CUDA_ATTENTION_FUSED_CUH
 #define MHA_KERNELS_CUDA_ATTENTION_FUSED_CUH
@@ -96,7 +97,7 @@ __device__ __forceinline__ void fused_load_tile(E *__restrict__ s, const float *
         }
         return;
     }
-#pragma unroll 1
+#pragma unroll 1   /* the rare path: not unrolled, so that it costs the kernels no registers */
     for (int idx = threadIdx.x; idx < R * D; idx += THREADS) {
         const int r = idx / D, d = idx % D, i = row0 + r;
         fused_put(s + r * LD + d, (i < nrows && d < hs) ? g[(size_t)i * stride + d] : 0.0f);

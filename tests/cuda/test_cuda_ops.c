@@ -132,7 +132,7 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     const int C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     int32_t *hl = make_lengths(B, T, 0);
-    Buf *len = in_i(hl, B), *qkv = in_rand(nqkv, -1.5f, 1.5f);
+    Buf *len = in_i(hl, B), *qkv = in_qkv(B, T, C, 0, 0);
     Buf *aout = out_poison(nout, 4), *att = out_poison(natt, 4);
     Buf *adout = in_rand(nout, -1, 1), *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
     /* the exact probe: (256, 128) of 1 + 2^-12 times (256, 128) of ones; what it must give */
