@@ -5,7 +5,8 @@
  *          part and the tf32 rounding of what is left ("small"), a * b taken as
  *          big*small + small*big + big*big in three 16x16x8 steps (the dropped small*small is
  *          about 2^-22 of the product): fp32 accuracy on tensor cores, the method of CUTLASS's
- *          OpMultiplyAddFastF32 and of PyTorch's fp32 memory-efficient attention.
+ *          OpMultiplyAddFastF32 and of PyTorch's fp32 memory-efficient attention. The scores'
+ *          steps are each summed apart (TcTf32x3::mma_apart).
  * Everything else (online softmax, log-sum-exp, dropout, masks, dS) is fp32 in both.
  *
  * The same function and interface as attention_flash.cu (the fp32 FFMA kernel): key padding
@@ -70,6 +71,22 @@ namespace wmma = nvcuda::wmma;
  * only on those tiles instead of on every tile where a row's maximum grows. */
 #define FB_REBASE 8.0f
 
+/* c += t, element by element (c and t of one fragment type, so their elements correspond).
+ *
+ * Sums that run over the keys (O) or the queries (dQ, dK, dV) are never carried through a chain
+ * of mma operations longer than one 64-row tile: each tile's products go into a zeroed
+ * accumulator, which is then added here, in fp32 with rounding to nearest. Tensor cores
+ * truncate when they accumulate (see MHA_EMU_MMA in tests/cuda/emu/cuda_emu_bf16.h), and a
+ * running sum carried through every tile's mma operations drifts with each of them: under the
+ * emulation's model of that, the tf32x3 output at T = 1024 was 1.2e-5 to 2e-5 off before this,
+ * 1.8e-6 to 2.1e-6 after (the FFMA kernel: 0.85e-6 to 1.3e-6). In tf32x3 the score sums over
+ * d go further: no chain longer than one k step (TcTf32x3::mma_apart). */
+template <class Acc>
+__device__ __forceinline__ void fb_add(Acc &c, const Acc &t) {
+#pragma unroll
+    for (int e = 0; e < c.num_elements; e++) c.x[e] += t.x[e];
+}
+
 /* The two precisions: E, the element type of the operand tiles in shared memory; KS, the k
  * of one WMMA step; cvt, a float into an operand tile; A and B<Layout>, an operand as the
  * kernels hold it (one fragment, or the big and small fragments); load and mma. */
@@ -95,6 +112,10 @@ struct TcBf16 {
     static __device__ __forceinline__ void mma(Acc &c, const A &a, const B<L> &b) {
         wmma::mma_sync(c, a.f, b.f, c);
     }
+    /* the score products: as mma (bf16 products are exact in fp32, and the operands' rounding,
+     * 2^-9, outweighs how the sum is accumulated) */
+    template <class L>
+    static __device__ __forceinline__ void mma_apart(Acc &c, const A &a, const B<L> &b) { mma(c, a, b); }
 };
 
 /* x with its low 13 mantissa bits cleared: a tf32 value held in a float */
@@ -138,22 +159,24 @@ struct TcTf32x3 {
         wmma::mma_sync(c, a.small, b.big, c);
         wmma::mma_sync(c, a.big, b.big, c);
     }
+    /* c += a b for the score products S = Q K^T and dP = dO V^T, whose errors exp() and the
+     * cancellation in dP - Di magnify: the step's three products go into a zeroed accumulator,
+     * added to c in fp32 with rounding to nearest, so that no sum runs through a chain longer
+     * than one k step (the tensor cores truncate as they accumulate: see fb_add). Under the
+     * emulation's truncation model, with keys growing to 13x along the sequence (test_cuda_ops'
+     * key_ramp 16, HS 64), dQKV went from 2.1e-5 of the CPU to 3.8e-6 (the FFMA kernel: 1.9e-6)
+     * and O from 9.0e-6 to 3.6e-6; causal with keys to 17x, dQKV 1.7e-5 -> 2.2e-6. The P V,
+     * dS K, dS^T Q and (P o Z)^T dO products keep mma: taking them apart as well gained little
+     * (9.5e-6 -> 9.1e-6 without the scores, 1.4e-6 with them). Cost: one more fragment, and
+     * ptxas spills 8 to 24 bytes in some tf32x3 backward kernels (see kernels/cuda/README.md). */
+    template <class L>
+    static __device__ __forceinline__ void mma_apart(Acc &c, const A &a, const B<L> &b) {
+        Acc t;
+        wmma::fill_fragment(t, 0.0f);
+        mma(t, a, b);
+        fb_add(c, t);
+    }
 };
-
-/* c += t, element by element (c and t of one fragment type, so their elements correspond).
- *
- * Sums that run over the keys (O) or the queries (dQ, dK, dV) are never carried through a chain
- * of mma operations longer than one 64-row tile: each tile's products go into a zeroed
- * accumulator, which is then added here, in fp32 with rounding to nearest. Tensor cores
- * truncate when they accumulate (see MHA_EMU_MMA in tests/cuda/emu/cuda_emu_bf16.h), and a
- * running sum carried through every tile's mma operations drifts with each of them: under the
- * emulation's model of that, the tf32x3 output at T = 1024 was 1.2e-5 to 2e-5 off before this,
- * 1.8e-6 to 2.1e-6 after (the FFMA kernel: 0.85e-6 to 1.3e-6). */
-template <class Acc>
-__device__ __forceinline__ void fb_add(Acc &c, const Acc &t) {
-#pragma unroll
-    for (int e = 0; e < c.num_elements; e++) c.x[e] += t.x[e];
-}
 
 /* t = A B for one tile's products, in a zeroed accumulator: A (16 x 64) row-major at a with
  * pitch lda, B (64 x 16) row-major at b with pitch ldb. The k loop is kept rolled where the
@@ -278,7 +301,7 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
                 for (int n = 0; n < NT; n++) {
                     typename P::template B<wmma::col_major> kb;
                     P::load(kb, sK + n * 16 * LDH + kk * KS, LDH);
-                    P::mma(sc[n], qa, kb);
+                    P::mma_apart(sc[n], qa, kb);
                 }
             }
 #pragma unroll
@@ -438,10 +461,10 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                 typename P::template B<wmma::col_major> yb;
                 P::load(xa, sQ + wr * LDH + kk * KS, LDH);
                 P::load(yb, sK + n * 16 * LDH + kk * KS, LDH);
-                P::mma(sc, xa, yb);
+                P::mma_apart(sc, xa, yb);
                 P::load(xa, sdO + wr * LDH + kk * KS, LDH);
                 P::load(yb, sV + n * 16 * LDH + kk * KS, LDH);
-                P::mma(pc, xa, yb);
+                P::mma_apart(pc, xa, yb);
             }
             wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
             wmma::store_matrix_sync(sDPw + n * 16, pc, LDS, wmma::mem_row_major);
@@ -571,10 +594,10 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
                 typename P::template B<wmma::col_major> yb;
                 P::load(xa, sK + wr * LDH + kk * KS, LDH);
                 P::load(yb, sQ + n * 16 * LDH + kk * KS, LDH);
-                P::mma(sc, xa, yb);
+                P::mma_apart(sc, xa, yb);
                 P::load(xa, sV + wr * LDH + kk * KS, LDH);
                 P::load(yb, sdO + n * 16 * LDH + kk * KS, LDH);
-                P::mma(pc, xa, yb);
+                P::mma_apart(pc, xa, yb);
             }
             wmma::store_matrix_sync(sSw + n * 16, sc, LDS, wmma::mem_row_major);
             wmma::store_matrix_sync(sDPw + n * 16, pc, LDS, wmma::mem_row_major);

@@ -216,5 +216,51 @@ static inline void cmp_gpu_gpu(const char *name, const float *a, const float *re
     free(hr);
 }
 
+/* The fused attention of `be` (the fp32 or the bf16 table) with qkv and dout 4 bytes past a
+ * 16-byte boundary, so that every tile is loaded one float at a time (fused_load_tile), against
+ * the same values 16-byte aligned (four at a time): forward and backward bitwise equal. qkv
+ * (B, T, 3C) and len (B) on the gpu; `name` says which case. */
+static inline void cmp_attention_misaligned(const char *name, const Backend *be, const float *qkv,
+                                            const int32_t *len, int B, int T, int C, int NH,
+                                            int causal, float p, uint64_t seed) {
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    char n2[300];
+    float *qm = gpu->alloc((nqkv + 1) * 4), *dm = gpu->alloc((nout + 1) * 4);
+    float *q_off = qm + 1, *d_off = dm + 1;   /* (B, T, 3C) and (B, T, C), 4 bytes off */
+    float *dout = gpu->alloc(nout * 4);
+    float *hd = h_rand(nout, -1, 1);
+    gpu->to_device(dout, hd, nout * 4);
+    free(hd);
+    CHECK(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0 && ((uintptr_t)q_off & 15) != 0,
+          "%s: the aligned buffers must be 16-byte aligned, the offset ones not", name);
+    gpu->copy(q_off, qkv, nqkv * 4);
+    gpu->copy(d_off, dout, nout * 4);
+
+    float *o[2], *l[2], *dq[2];
+    for (int k = 0; k < 2; k++) {   /* 0: aligned, 1: offset */
+        o[k] = gpu->alloc(nout * 4);
+        l[k] = gpu->alloc(nlse * 4);
+        dq[k] = gpu->alloc(nqkv * 4);
+        gpu->zero(dq[k], nqkv * 4);
+        be->attention_forward_fused(o[k], l[k], k ? q_off : qkv, len, B, T, C, NH, causal, p, seed);
+    }
+    snprintf(n2, sizeof n2, "%s out, inputs 4 bytes off 16", name);
+    cmp_bits_gpu(n2, o[0], o[1], nout * 4);
+    snprintf(n2, sizeof n2, "%s lse, inputs 4 bytes off 16", name);
+    cmp_bits_gpu(n2, l[0], l[1], nlse * 4);
+    for (int k = 0; k < 2; k++)   /* both from the aligned forward's out and lse */
+        be->attention_backward_fused(dq[k], k ? d_off : dout, o[0], k ? q_off : qkv, l[0], len, B,
+                                     T, C, NH, causal, p, seed);
+    snprintf(n2, sizeof n2, "%s dqkv, inputs 4 bytes off 16", name);
+    cmp_bits_gpu(n2, dq[0], dq[1], nqkv * 4);
+    for (int k = 0; k < 2; k++) {
+        gpu->free(o[k]);
+        gpu->free(l[k]);
+        gpu->free(dq[k]);
+    }
+    gpu->free(qm);
+    gpu->free(dm);
+    gpu->free(dout);
+}
 
 #endif

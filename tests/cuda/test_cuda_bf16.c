@@ -179,6 +179,21 @@ static void test_attention_bf16(int B, int T, int NH, int HS, int causal, float 
     free_all();
 }
 
+/* The bf16 fused attention with inputs off the 16-byte alignment of float4 loads */
+static void test_attention_bf16_misaligned(int B, int T, int NH, int HS, int causal, float p) {
+    char name[160];
+    snprintf(name, sizeof name, "bf16 attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f", B, T, NH, HS,
+             causal, p);
+    if (!wanted(name)) return;
+    const int C = NH * HS;
+    int32_t *hl = make_lengths(B, T, 0);
+    Buf *len = in_i(hl, B);
+    Buf *qkv = in_qkv(B, T, C, 0, 0);   /* (B, T, 3C) */
+    cmp_attention_misaligned(name, gpu16, F(qkv), I(len), B, T, C, NH, causal, p, 7 + (uint64_t)T);
+    free(hl);
+    free_all();
+}
+
 int main(void) {
     char why[256] = "";
     gpu = mha_cuda_backend(0, 0, why, sizeof why);
@@ -229,6 +244,8 @@ int main(void) {
      * reference maximum and rescales O (planted as a no-op, the rescaling fails both) */
     test_attention_bf16(2, 200, 2, 16, 0, 0.0f, 0, 24);
     test_attention_bf16(1, 200, 2, 64, 0, 0.1f, 0, 24);
+    test_attention_bf16_misaligned(2, 100, 2, 64, 0, 0.1f);
+    test_attention_bf16_misaligned(3, 70, 2, 16, 1, 0.0f);
     if (!emu) {
         test_attention_bf16(2, 50, 2, 48, 1, 0.0f, 0, 0);
         test_attention_bf16(2, 70, 1, 128, 1, 0.1f, 0, 0);

@@ -306,6 +306,29 @@ static void test_elementwise(size_t n) {
     }
 }
 
+/* The fused attention with inputs off the 16-byte alignment of float4 loads (cmp_attention_misaligned),
+ * on each kernel the fp32 table runs for HS (tf32x3 where it fits, and FFMA). */
+static void test_attention_misaligned(int B, int T, int NH, int HS, int causal, float p) {
+    char name[160];
+    const int C = NH * HS;
+    const int kind0 = mha_cuda_fp32_attention();
+    for (int k = 0; k < 2; k++) {
+        const int kind = k ? MHA_CUDA_ATTN_SIMT : MHA_CUDA_ATTN_TF32X3;
+        if (kind == MHA_CUDA_ATTN_TF32X3 && mha_cuda_fp32_attention_kernel(kind, HS) != kind) continue;
+        snprintf(name, sizeof name, "attention B=%d T=%d NH=%d HS=%d causal=%d p=%.1f fused[%s]", B, T,
+                 NH, HS, causal, p, k ? "simt" : "tf32x3");
+        if (!wanted(name)) continue;
+        int32_t *hl = make_lengths(B, T, 0);
+        Buf *len = in_i(hl, B);
+        Buf *qkv = in_qkv(B, T, C, 0, 0);   /* (B, T, 3C) */
+        mha_cuda_set_fp32_attention(kind);
+        cmp_attention_misaligned(name, gpu, F(qkv), I(len), B, T, C, NH, causal, p, 5 + (uint64_t)T);
+        mha_cuda_set_fp32_attention(kind0);
+        free(hl);
+        free_all();
+    }
+}
+
 /* tc: also check the fused attention on the tf32x3 kernel, where it runs for HS on this GPU;
  * key_ramp: see in_qkv */
 static void test_attention_scaled(int B, int T, int NH, int HS, int causal, float p, int with_zero,
@@ -663,6 +686,14 @@ int main(void) {
      * maximum and rescales O (with that rescaling planted as a no-op, both fail) */
     test_attention_scaled(2, 200, 2, 16, 0, 0.0f, 0, 1, 24);
     test_attention_scaled(1, 200, 2, 64, 0, 0.1f, 0, 1, 24);
+    /* keys up to 13x and 17x: with the tf32x3 score products accumulated in one chain over d
+     * (TcTf32x3::mma_apart taken out), the first two fail in dQKV under MHA_EMU_MMA=truncate
+     * (2.1e-5 and 1.7e-5; 3.8e-6 and 2.2e-6 with it) */
+    test_attention_scaled(1, 200, 2, 64, 0, 0.0f, 0, 1, 16);
+    test_attention_scaled(1, 200, 2, 64, 1, 0.0f, 0, 1, 12);
+    test_attention_scaled(2, 200, 2, 32, 0, 0.1f, 0, 1, 16);
+    test_attention_misaligned(2, 100, 2, 64, 0, 0.1f);
+    test_attention_misaligned(3, 70, 2, 16, 1, 0.0f);
     /* sums over 1024 keys: tensor cores truncate as they accumulate, so the tensor-core kernels
      * must not carry a sum through every tile's products (fb_add in attention_flash_tc.cu; on
      * the emulation: MHA_EMU_MMA=truncate MHA_TEST_EMU=0 MHA_TEST_FILTER=T=1024, 12 minutes) */
