@@ -163,12 +163,13 @@ struct TcTf32x3 {
      * cancellation in dP - Di magnify: the step's three products go into a zeroed accumulator,
      * added to c in fp32 with rounding to nearest, so that no sum runs through a chain longer
      * than one k step (the tensor cores truncate as they accumulate: see fb_add). Under the
-     * emulation's truncation model, with keys growing to 13x along the sequence (test_cuda_ops'
+     * emulation's truncation model, with keys growing along the sequence (test_cuda_ops'
      * key_ramp 16, HS 64), dQKV went from 2.1e-5 of the CPU to 3.8e-6 (the FFMA kernel: 1.9e-6)
-     * and O from 9.0e-6 to 3.6e-6; causal with keys to 17x, dQKV 1.7e-5 -> 2.2e-6. The P V,
-     * dS K, dS^T Q and (P o Z)^T dO products keep mma: taking them apart as well gained little
-     * (9.5e-6 -> 9.1e-6 without the scores, 1.4e-6 with them). Cost: one more fragment, and
-     * ptxas spills 8 to 24 bytes in some tf32x3 backward kernels (see kernels/cuda/README.md). */
+     * and O from 9.0e-6 to 3.6e-6; causal with key_ramp 12, dQKV 1.7e-5 -> 2.2e-6. The P V,
+     * dS K, dS^T Q and (P o Z)^T dO products keep mma: on the key_ramp 24 case, taking only
+     * them apart gave 9.5e-6 -> 9.1e-6, and on top of this 1.7e-6 -> 1.4e-6. Cost: one more
+     * fragment, and ptxas spills 16 to 32 bytes (stored plus loaded) in some tf32x3 backward
+     * kernels (kernels/cuda/README.md, "Score products"). */
     template <class L>
     static __device__ __forceinline__ void mma_apart(Acc &c, const A &a, const B<L> &b) {
         Acc t;

@@ -231,7 +231,8 @@ static inline void cmp_attention_misaligned(const char *name, const Backend *be,
     float *hd = h_rand(nout, -1, 1);
     gpu->to_device(dout, hd, nout * 4);
     free(hd);
-    CHECK(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0 && ((uintptr_t)q_off & 15) != 0,
+    CHECK(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0 && ((uintptr_t)q_off & 15) != 0 &&
+              ((uintptr_t)d_off & 15) != 0,
           "%s: the aligned buffers must be 16-byte aligned, the offset ones not", name);
     gpu->copy(q_off, qkv, nqkv * 4);
     gpu->copy(d_off, dout, nout * 4);
