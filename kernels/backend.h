@@ -25,6 +25,7 @@
 #define MHA_KERNELS_BACKEND_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 enum { MHA_ACT_RELU = 0, MHA_ACT_GELU = 1 };              /* GELU: exact erf form */
@@ -51,6 +52,14 @@ typedef struct Backend {
     void (*copy)(void *dst, const void *src, size_t bytes);   /* within the backend */
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void);
+    /* A copy to the host that does not wait: the bytes of src, as the ops queued before this
+     * call leave them, reach host_dst at the next to_host_wait(), which waits for those ops
+     * only (not for ops queued after the copy). host_dst is not to be read before that. At
+     * most MHA_ASYNC_COPY_BYTES pending in all (a larger copy waits, as to_host does). The
+     * trainer reads each update's loss and gradient norm this way, one update late, so that
+     * the device never idles while the host queues the next step. */
+    void (*to_host_async)(void *host_dst, const void *src, size_t bytes);
+    void (*to_host_wait)(void);
 
     /* ---- linear layer ----
      * out (N, OC) = inp (N, IC) @ w^T + bias;  w (OC, IC), bias (OC) or NULL. out overwritten. */
@@ -137,15 +146,23 @@ typedef struct Backend {
                          const int32_t *labels, int B, int K, float smoothing, float dscale);
 
     /* ---- optimizer ----
-     * AdamW as torch.optim.AdamW on the tensors[0..n_tensors) of the flat buffers p, g, m, v
+     * One update is queued without the host reading anything back: stats (2 doubles) and
+     * grad_scale (1 float) live in backend memory.
+     * sum_into: *acc += the sum of x (n) in index order, in double (the update's loss sum,
+     * stats[0], one batch at a time).
+     * grad_norm: stats[1] = sum of squares of g (n) in double (the global norm is its square
+     * root); *grad_scale = mha_grad_scale(stats[0], stats[1], clip_norm) (below): the
+     * clipping factor, NaN when the update is to be skipped. */
+    void (*sum_into)(double *acc, const float *x, size_t n);
+    void (*grad_norm)(double *stats, float *grad_scale, const float *g, size_t n, float clip_norm);
+    /* AdamW as torch.optim.AdamW on the tensors[0..n_tensors) of the flat buffers p, g, m, v
      * (one call for the whole model, as PyTorch's multi-tensor path): each gradient element is
-     * multiplied by grad_scale first (gradient clipping; 1 for none), then p -= lr*wd*p with the
-     * tensor's own wd, the m, v moments, and the bias-corrected step at t (1-based). Elements
-     * outside every tensor are not touched. */
+     * multiplied by *grad_scale first (gradient clipping; 1 for none), then p -= lr*wd*p with
+     * the tensor's own wd, the m, v moments, and the bias-corrected step at t (1-based).
+     * Elements outside every tensor are not touched, and none at all when *grad_scale is not
+     * finite (a skipped update). grad_scale is in backend memory. */
     void (*adamw)(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
-                  int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t);
-    /* sum of squares of x (n), accumulated in double; returned to the host. */
-    double (*sum_squares)(const float *x, size_t n);
+                  int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale, int t);
     void (*scale)(float *x, size_t n, float s);                             /* x *= s */
 
     /* ---- optional (NULL when the backend has none) ----
@@ -180,8 +197,28 @@ typedef struct Backend {
  * must share it: MHA_BACKEND_ABI is raised whenever a field of Backend changes meaning or
  * order, and the size of the table counts too. The loader refuses a module built with
  * another. */
-#define MHA_BACKEND_ABI 1
+#define MHA_BACKEND_ABI 2
 #define MHA_BACKEND_ABI_ID ((unsigned long)MHA_BACKEND_ABI << 16 | (unsigned long)sizeof(Backend))
+
+/* Bytes Backend.to_host_async may hold pending. */
+#define MHA_ASYNC_COPY_BYTES 4096
+
+#ifdef __CUDACC__
+#define MHA_HOST_DEVICE __host__ __device__
+#else
+#define MHA_HOST_DEVICE
+#endif
+/* The gradient multiplier of an update whose loss sum is loss_sum and whose gradients' sum of
+ * squares is sumsq: NaN (skip the update) when either is not finite; clip_norm / (norm + 1e-6)
+ * when clip_norm > 0 and norm = sqrt(sumsq) exceeds it (torch's clip_grad_norm_); else 1. The
+ * backends' grad_norm computes it where the stats are, the trainer again from the copies it
+ * reads back, so both agree. */
+static inline MHA_HOST_DEVICE float mha_grad_scale(double loss_sum, double sumsq, float clip_norm) {
+    double norm = sqrt(sumsq);
+    if (!isfinite(loss_sum) || !isfinite(norm)) return NAN;
+    if (clip_norm > 0.0f && norm > clip_norm) return (float)(clip_norm / (norm + 1e-6));
+    return 1.0f;
+}
 
 /* The CPU backend; threads <= 0 means all cores. Sets OpenMP and OpenBLAS thread
  * counts so they do not oversubscribe each other. */

@@ -33,6 +33,8 @@ static void p_to_host(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, 
 static void p_copy(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, inner->copy(d, s, n)); }
 static void p_zero(void *p, size_t n) { TIMED(PROF_MEMORY, 0, inner->zero(p, n)); }
 static void p_sync(void) { inner->sync(); }
+static void p_to_host_async(void *d, const void *s, size_t n) { TIMED(PROF_MEMORY, 0, inner->to_host_async(d, s, n)); }
+static void p_to_host_wait(void) { TIMED(PROF_MEMORY, 0, inner->to_host_wait()); }
 static void p_linear_forward(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
     TIMED(PROF_GEMM, 2.0 * N * IC * OC, inner->linear_forward(o, i, w, b, N, IC, OC));
 }
@@ -98,14 +100,13 @@ static void p_ce(float *l, float *pr, float *dl, const float *lg, const int32_t 
     TIMED(PROF_EMBED_POOL_LOSS, 0, inner->crossentropy(l, pr, dl, lg, lab, B, K, sm, ds));
 }
 static void p_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *ts, int nt, float lr,
-                    float b1, float b2, float eps, float gs, int t) {
+                    float b1, float b2, float eps, const float *gs, int t) {
     TIMED(PROF_OPTIMIZER, 0, inner->adamw(p, g, m, v, ts, nt, lr, b1, b2, eps, gs, t));
 }
-static double p_sum_squares(const float *x, size_t n) {
-    double r = 0;
-    TIMED(PROF_OPTIMIZER, 0, r = inner->sum_squares(x, n));
-    return r;
+static void p_grad_norm(double *stats, float *gs, const float *g, size_t n, float clip) {
+    TIMED(PROF_OPTIMIZER, 0, inner->grad_norm(stats, gs, g, n, clip));
 }
+static void p_sum_into(double *acc, const float *x, size_t n) { TIMED(PROF_EMBED_POOL_LOSS, 0, inner->sum_into(acc, x, n)); }
 static void p_scale(float *x, size_t n, float s) { TIMED(PROF_OPTIMIZER, 0, inner->scale(x, n, s)); }
 
 static Backend wrapped;
@@ -114,7 +115,8 @@ const Backend *profile_backend(const Backend *b) {
     inner = b;
     wrapped = (Backend){
         .name = b->name, .bf16 = b->bf16, .int8 = b->int8, .alloc = p_alloc, .free = p_free, .to_device = p_to_device, .to_host = p_to_host,
-        .copy = p_copy, .zero = p_zero, .sync = p_sync, .linear_forward = p_linear_forward,
+        .copy = p_copy, .zero = p_zero, .sync = p_sync, .to_host_async = p_to_host_async,
+        .to_host_wait = p_to_host_wait, .linear_forward = p_linear_forward,
         .linear_backward = p_linear_backward, .embed_forward = p_embed_forward, .embed_backward = p_embed_backward,
         .layernorm_forward = p_ln_forward, .layernorm_backward = p_ln_backward, .act_forward = p_act_forward,
         .act_backward = p_act_backward, .add = p_add, .accumulate = p_accumulate,
@@ -122,7 +124,7 @@ const Backend *profile_backend(const Backend *b) {
         .attention_forward_math = p_att_fwd_math, .attention_backward_math = p_att_bwd_math,
         .attention_forward_fused = p_att_fwd_fused, .attention_backward_fused = p_att_bwd_fused,
         .pool_forward = p_pool_forward, .pool_backward = p_pool_backward, .crossentropy = p_ce,
-        .adamw = p_adamw, .sum_squares = p_sum_squares, .scale = p_scale,
+        .sum_into = p_sum_into, .grad_norm = p_grad_norm, .adamw = p_adamw, .scale = p_scale,
         .peak_bytes = b->peak_bytes,
         .linear_forward_post = b->linear_forward_post ? p_linear_forward_post : NULL,
     };

@@ -348,7 +348,7 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
     be->pool_forward(m->pooled, m->argmax, encoder_output(m), m->lengths, B, T, C, d->pool);
     be->linear_forward(m->logits, m->pooled, W + L->head_w, W + L->head_b, B, C, K);
     be->crossentropy(m->losses, m->probs, NULL, m->logits, m->labels, B, K, d->label_smoothing, 0.0f);
-    if (train) return;   /* the trainer reads the loss after the backward (model_loss_sum) */
+    if (train) return;   /* the trainer adds up the losses after the backward (model_loss_accumulate) */
     be->to_host(m->h_probs, m->probs, (size_t)B * K * sizeof(float));
     if (labels) be->to_host(m->h_losses, m->losses, (size_t)B * sizeof(float));
 }
@@ -362,6 +362,14 @@ double model_loss_sum(Model *m) {
     double sum = 0.0;
     for (int b = 0; b < m->B; b++) sum += m->h_losses[b];
     return sum;
+}
+
+void model_loss_accumulate(Model *m, double *acc) {
+    if (!m->loss_ready) {
+        fprintf(stderr, "mha: internal error: model_loss_accumulate after a forward pass without labels\n");
+        abort();
+    }
+    m->be->sum_into(acc, m->losses, (size_t)m->B);
 }
 
 void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {

@@ -88,12 +88,16 @@ void model_init_params(Model *m, uint64_t seed);
  * probs and losses are there either way).
  * train != 0: dropout with dropout_seed, and what model_backward needs; nothing is copied to
  * the host, so a training step queues its forward and backward without waiting for the
- * device: read the loss with model_loss_sum after model_backward. */
+ * device: add up the loss with model_loss_accumulate (or read it with model_loss_sum) after
+ * model_backward. */
 void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
                    int B, int T, int train, uint64_t dropout_seed);
 /* The sum of the last forward's per-example losses, also copied to h_losses (B). Waits for
  * the device. The forward must have had labels (else it aborts with a message). */
 double model_loss_sum(Model *m);
+/* *acc += the sum of the last forward's per-example losses, in backend memory (acc there too),
+ * without waiting for the device (Backend.sum_into: the same bits as model_loss_sum). */
+void model_loss_accumulate(Model *m, double *acc);
 /* Backward of the last forward (which must have had labels and train != 0; after a forward
  * with train = 0 it aborts with a message), accumulating into m->grads the gradient of
  * loss_scale * (sum of the losses). */

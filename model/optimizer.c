@@ -1,6 +1,7 @@
 /* model/optimizer.c: AdamW, schedule and clipping (semantics: docs/model.md). */
 #include "model/optimizer.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +11,10 @@ int adamw_create(AdamW *o, const Model *m, MhaError *err) {
     o->m = m->be->alloc(bytes);
     o->v = m->be->alloc(bytes);
     o->tensors = calloc((size_t)m->lay.n, sizeof *o->tensors);
-    if (!o->m || !o->v || !o->tensors) {
+    o->stats = m->be->alloc(2 * sizeof(double));
+    o->grad_scale = m->be->alloc(sizeof(float));
+    o->pending = 0;
+    if (!o->m || !o->v || !o->tensors || !o->stats || !o->grad_scale) {
         adamw_destroy(o, m);
         return mha_fail(err, MHA_EXIT_DATA, "%s backend: out of memory allocating %.1f MiB of AdamW state",
                         m->be->name, 2.0 * bytes / 1048576.0);
@@ -23,7 +27,11 @@ int adamw_create(AdamW *o, const Model *m, MhaError *err) {
 void adamw_destroy(AdamW *o, const Model *m) {
     if (o->m) m->be->free(o->m);
     if (o->v) m->be->free(o->v);
+    if (o->stats) m->be->free(o->stats);
+    if (o->grad_scale) m->be->free(o->grad_scale);
     o->m = o->v = NULL;
+    o->stats = NULL;
+    o->grad_scale = NULL;
     free(o->tensors);
     o->tensors = NULL;
 }
@@ -44,20 +52,44 @@ float schedule_lr(const Config *c, long u, long total) {
     return (float)(c->lr * f);
 }
 
-int adamw_step(AdamW *o, Model *m, const Config *c, float lr, double *grad_norm) {
+void adamw_begin(AdamW *o, const Model *m) { m->be->zero(o->stats, sizeof(double)); }
+
+void adamw_queue(AdamW *o, Model *m, const Config *c, float lr) {
+    if (o->pending) {
+        fprintf(stderr, "mha: internal error: adamw_queue before the outcome of the previous update\n");
+        abort();
+    }
     const Backend *be = m->be;
-    double norm = sqrt(be->sum_squares(m->grads, m->lay.total));
-    if (grad_norm) *grad_norm = norm;
-    if (!isfinite(norm)) return 1;
     /* clipping as torch's clip_grad_norm_ (g *= scale), applied inside the AdamW pass */
-    float grad_scale = 1.0f;
-    if (c->clip_norm > 0.0f && norm > c->clip_norm) grad_scale = (float)(c->clip_norm / (norm + 1e-6));
-    o->t++;
+    be->grad_norm(o->stats, o->grad_scale, m->grads, m->lay.total, c->clip_norm);
+    o->t++;   /* taken unless adamw_outcome finds it skipped */
     for (int k = 0; k < m->lay.n; k++) {
         const ParamInfo *p = &m->lay.t[k];
         o->tensors[k] = (AdamwTensor){p->offset, p->numel, p->decay ? c->weight_decay : 0.0f};
     }
     be->adamw(m->params, m->grads, o->m, o->v, o->tensors, m->lay.n, lr, c->beta1, c->beta2, c->adam_eps,
-              grad_scale, o->t);
-    return 0;
+              o->grad_scale, o->t);
+    be->to_host_async(o->read, o->stats, sizeof o->read);
+    o->pending = 1;
+}
+
+int adamw_outcome(AdamW *o, const Model *m, double *loss_sum, double *grad_norm) {
+    if (!o->pending) {
+        fprintf(stderr, "mha: internal error: adamw_outcome without an update queued\n");
+        abort();
+    }
+    m->be->to_host_wait();
+    o->pending = 0;
+    if (loss_sum) *loss_sum = o->read[0];
+    if (grad_norm) *grad_norm = sqrt(o->read[1]);
+    /* the device's decision (Backend.grad_norm), taken again from the same numbers */
+    int skipped = !isfinite(mha_grad_scale(o->read[0], o->read[1], 0.0f));
+    if (skipped) o->t--;
+    return skipped;
+}
+
+int adamw_step(AdamW *o, Model *m, const Config *c, float lr, double *grad_norm) {
+    adamw_begin(o, m);
+    adamw_queue(o, m, c, lr);
+    return adamw_outcome(o, m, NULL, grad_norm);
 }

@@ -501,6 +501,81 @@ static void print_profile(const Backend *be, const Config *c, double total, doub
             ceiling, N, c->d_model, c->d_ff, be->name);
 }
 
+/* The progress line on stderr, across updates. */
+typedef struct {
+    int tty, quiet;
+    double t_start;                 /* when this stretch of updates began (each epoch) */
+    long start_update;              /* r->update then */
+    double t_last_print, t_window;  /* the last progress line; the start of the tok/s window */
+    long tokens_window;             /* real tokens queued since t_window */
+    long print_every;
+} Progress;
+
+/* An update queued whose outcome (loss, gradient norm, skipped or not) is not read yet. */
+typedef struct {
+    int queued;
+    long update;     /* its number (1-based), as logged */
+    int epoch;       /* 0-based */
+    float lr;
+    long examples;   /* in its batches */
+} PendingUpdate;
+
+/* Reads the outcome of the pending update (adamw_outcome: waits for the copy back queued right
+ * after its AdamW, not for what was queued later), counts a skipped one and ends a diverging
+ * run, logs its record and prints the progress line. 0, or the exit code. */
+static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err) {
+    if (!pu->queued) return 0;
+    pu->queued = 0;
+    const Config *cfg = r->cfg;
+    double loss_sum = 0, gnorm = 0;
+    int skipped = adamw_outcome(&r->opt, &r->model, &loss_sum, &gnorm);
+    double loss = loss_sum / (double)pu->examples;
+    if (skipped) {
+        r->bad_steps++;
+        fprintf(stderr, "%swarning: update %ld: non-finite loss or gradients (loss %g, grad norm %g); "
+                "update skipped (%d in a row)\n", pg->tty ? "\r\033[K" : "", pu->update, loss, gnorm, r->bad_steps);
+        if (r->bad_steps >= cfg->max_bad_steps) {
+            char last[4300];
+            snprintf(last, sizeof last, "%s/last.mha", cfg->out_dir);
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "training diverged: %d non-finite updates in a row at update %ld "
+                            "(lower train.lr or raise train.warmup)%s%s",
+                            r->bad_steps, pu->update, access(last, F_OK) == 0 ? "; last good checkpoint kept: " : "",
+                            access(last, F_OK) == 0 ? last : "");
+        }
+    } else {
+        r->bad_steps = 0;
+    }
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "type", "train");
+    cJSON_AddNumberToObject(rec, "update", (double)pu->update);
+    cJSON_AddNumberToObject(rec, "epoch", pu->epoch + 1);
+    cJSON_AddNumberToObject(rec, "loss", isfinite(loss) ? loss : -1);
+    cJSON_AddNumberToObject(rec, "lr", pu->lr);
+    cJSON_AddNumberToObject(rec, "grad_norm", isfinite(gnorm) ? gnorm : -1);
+    cJSON_AddBoolToObject(rec, "skipped", skipped);
+    log_record(r, rec);
+
+    double t = now_s();
+    long u = pu->update, every = pg->print_every;
+    if (!pg->quiet && (u % every == 0 || pg->tty || u == r->total_updates) &&
+        (t - pg->t_last_print > (pg->tty ? 0.2 : 5.0) || u == r->total_updates || u % (every * 10) == 0)) {
+        double tps = pg->tokens_window / (t - pg->t_window > 1e-9 ? t - pg->t_window : 1e-9);
+        double elapsed = r->elapsed_before + (t - pg->t_start);
+        double per_update = (t - pg->t_start) / (double)(u - pg->start_update);
+        char el[32], eta[32];
+        format_duration(el, sizeof el, elapsed);
+        format_duration(eta, sizeof eta, per_update * (double)(r->total_updates - u));
+        fprintf(stderr, "%sstep %ld/%ld  epoch %d/%d  loss %.4f  lr %.2e  tok/s %.0f  elapsed %s  eta %s%s",
+                pg->tty ? "\r\033[K" : "", u, r->total_updates, pu->epoch + 1, cfg->epochs, loss, pu->lr,
+                tps, el, eta, pg->tty ? "" : "\n");
+        pg->t_last_print = t;
+        pg->tokens_window = 0;
+        pg->t_window = t;
+    }
+    return 0;
+}
+
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     Run r;
     memset(&r, 0, sizeof r);
@@ -656,90 +731,52 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    int tty = isatty(fileno(stderr)) && !opt->quiet;
-    double t_start = now_s(), t_last_print = 0, data_seconds = 0, loop_start = now_s();
+    Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
+                   .start_update = r.update, .print_every = r.total_updates / 100 > 0 ? r.total_updates / 100 : 1};
+    pg.t_window = pg.t_start;
+    const int tty = pg.tty;
+    double data_seconds = 0, loop_start = now_s();
     long profiled_tokens = 0;
     memset(profile_counters(), 0, sizeof(ProfileCounters));  /* count the training loop only */
-    long tokens_window = 0;
-    double t_window = t_start;
-    long start_update = r.update;
+    PendingUpdate pending = {0};
     int stop = 0;
-    long print_every = r.total_updates / 100 > 0 ? r.total_updates / 100 : 1;
 
     while (r.epoch < cfg->epochs && !stop) {
         batcher_start_epoch(&bt, r.epoch, 1, r.batch_pos);
         while (bt.pos < bt.n_batches && !stop) {
             model_zero_grads(&r.model);
-            double loss_sum = 0;
+            adamw_begin(&r.opt, &r.model);
             long examples = 0;
             const Batch *b;
             for (int k = 0; k < cfg->grad_accum && (b = next_batch(&bt, &data_seconds)) != NULL; k++) {
                 uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
                 model_forward(&r.model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
                 model_backward(&r.model, 1.0f, seed);
-                /* the first wait for the device after this batch's forward and backward are queued */
-                loss_sum += model_loss_sum(&r.model);
+                model_loss_accumulate(&r.model, r.opt.stats);
                 examples += b->B;
-                tokens_window += b->real_tokens;
+                pg.tokens_window += b->real_tokens;
                 profiled_tokens += b->real_tokens;
             }
+            /* The previous update's outcome: the first wait for the device in a step, while it
+             * runs this update's forward and backward, queued above. */
+            if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
             r.be->scale(r.model.grads, r.model.lay.total, 1.0f / (float)examples);
             float lr = schedule_lr(cfg, r.update, r.total_updates);
-            double gnorm = 0;
-            double loss = loss_sum / examples;
-            int skipped = !isfinite(loss) || adamw_step(&r.opt, &r.model, cfg, lr, &gnorm) != 0;
+            adamw_queue(&r.opt, &r.model, cfg, lr);
             r.batch_pos = bt.pos;
             r.update++;
-            if (skipped) {
-                r.bad_steps++;
-                fprintf(stderr, "%swarning: update %ld: non-finite loss or gradients (loss %g, grad norm %g); "
-                        "update skipped (%d in a row)\n", tty ? "\r\033[K" : "", r.update, loss, gnorm, r.bad_steps);
-                if (r.bad_steps >= cfg->max_bad_steps) {
-                    char last[4300];
-                    snprintf(last, sizeof last, "%s/last.mha", cfg->out_dir);
-                    rc = mha_fail(err, MHA_EXIT_DATA,
-                                  "training diverged: %d non-finite updates in a row at update %ld "
-                                  "(lower train.lr or raise train.warmup)%s%s",
-                                  r.bad_steps, r.update, access(last, F_OK) == 0 ? "; last good checkpoint kept: " : "",
-                                  access(last, F_OK) == 0 ? last : "");
-                    goto out;
-                }
-            } else {
-                r.bad_steps = 0;
-            }
-            cJSON *rec = cJSON_CreateObject();
-            cJSON_AddStringToObject(rec, "type", "train");
-            cJSON_AddNumberToObject(rec, "update", (double)r.update);
-            cJSON_AddNumberToObject(rec, "epoch", r.epoch + 1);
-            cJSON_AddNumberToObject(rec, "loss", isfinite(loss) ? loss : -1);
-            cJSON_AddNumberToObject(rec, "lr", lr);
-            cJSON_AddNumberToObject(rec, "grad_norm", isfinite(gnorm) ? gnorm : -1);
-            cJSON_AddBoolToObject(rec, "skipped", skipped);
-            log_record(&r, rec);
-
-            double t = now_s();
-            if (!opt->quiet && (r.update % print_every == 0 || tty || r.update == r.total_updates) &&
-                (t - t_last_print > (tty ? 0.2 : 5.0) || r.update == r.total_updates || r.update % (print_every * 10) == 0)) {
-                double tps = tokens_window / (t - t_window > 1e-9 ? t - t_window : 1e-9);
-                double elapsed = r.elapsed_before + (t - t_start);
-                double per_update = (t - t_start) / (double)(r.update - start_update);
-                char el[32], eta[32];
-                format_duration(el, sizeof el, elapsed);
-                format_duration(eta, sizeof eta, per_update * (double)(r.total_updates - r.update));
-                fprintf(stderr, "%sstep %ld/%ld  epoch %d/%d  loss %.4f  lr %.2e  tok/s %.0f  elapsed %s  eta %s%s",
-                        tty ? "\r\033[K" : "", r.update, r.total_updates, r.epoch + 1, cfg->epochs, loss, lr,
-                        tps, el, eta, tty ? "" : "\n");
-                t_last_print = t;
-                tokens_window = 0;
-                t_window = t;
-            }
+            pending = (PendingUpdate){.queued = 1, .update = r.update, .epoch = r.epoch, .lr = lr,
+                                      .examples = examples};
             if (r.has_dev && cfg->eval_every > 0 && r.update % cfg->eval_every == 0) {
+                if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
                 if (tty) fputc('\n', stderr);
                 if ((rc = evaluate_dev(&r, opt->quiet, err))) goto out;
                 if (cfg->patience > 0 && r.evals_since_best >= cfg->patience) stop = 1;
             }
             if (g_interrupted || (opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
         }
+        /* before an evaluation or a checkpoint: the last update's outcome (AdamW's step count) */
+        if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
         if (stop == 2) break;
         if (bt.pos >= bt.n_batches) {  /* epoch finished */
             r.epoch++;
@@ -753,15 +790,15 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                 }
             }
         }
-        r.elapsed_before += now_s() - t_start;
-        t_start = now_s();
-        start_update = r.update;
+        r.elapsed_before += now_s() - pg.t_start;
+        pg.t_start = now_s();
+        pg.start_update = r.update;
         if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
     }
     if (opt->profile) print_profile(unprofiled, cfg, now_s() - loop_start, data_seconds, profiled_tokens);
     if (stop == 2) {
         if (tty) fputc('\n', stderr);
-        r.elapsed_before += now_s() - t_start;
+        r.elapsed_before += now_s() - pg.t_start;
         if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
         fprintf(stderr, "%s at update %ld: saved %s/last.mha (continue with --resume %s/last.mha)\n",
                 g_interrupted ? "interrupted" : "stopped", r.update, cfg->out_dir, cfg->out_dir);

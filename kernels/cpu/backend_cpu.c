@@ -43,6 +43,8 @@ static void cpu_zero(void *p, size_t bytes) {
     }
 }
 static void cpu_sync(void) {}
+/* Nothing is queued on the CPU: the copy is done at once, the wait has nothing to wait for. */
+static void cpu_to_host_wait(void) {}
 
 /* ---- elementwise ---- */
 static void cpu_add(float *out, const float *a, const float *b, size_t n) {
@@ -60,9 +62,9 @@ static void cpu_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* Sum of squares in double over fixed chunks added in order: the same bits for any
- * number of threads. */
-static double cpu_sum_squares(const float *x, size_t n) {
+/* The gradients' sum of squares in double over fixed chunks added in order: the same bits for
+ * any number of threads; then the clipping factor from it (Backend.grad_norm). */
+static void cpu_grad_norm(double *stats, float *grad_scale, const float *x, size_t n, float clip_norm) {
     enum { MAX_CHUNKS = 1024 };
     size_t chunk = 65536;
     while ((n + chunk - 1) / chunk > MAX_CHUNKS) chunk *= 2;
@@ -78,14 +80,24 @@ static double cpu_sum_squares(const float *x, size_t n) {
     }
     double total = 0;
     for (size_t ch = 0; ch < nch; ch++) total += part[ch];
-    return total;
+    stats[1] = total;
+    *grad_scale = mha_grad_scale(stats[0], total, clip_norm);
+}
+
+static void cpu_sum_into(double *acc, const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *acc += s;
 }
 
 /* ---- AdamW as torch.optim.AdamW (t is the 1-based step) ----
  * Memory-bound (7 streams per element); sqrtf stays scalar under GCC's default -fmath-errno.
  * g * grad_scale is the value an in-place clip (g *= scale) would have stored. */
 static void cpu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
-                      int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t) {
+                      int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale_at,
+                      int t) {
+    const float grad_scale = *grad_scale_at;
+    if (!isfinite(grad_scale)) return;   /* a skipped update */
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
     const double bc2 = 1.0 - pow((double)beta2, (double)t);
     const float step = (float)((double)lr / bc1);              /* lr / (1 - beta1^t) */
@@ -117,6 +129,8 @@ static const Backend cpu_backend = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .to_host_async = cpu_copy,
+    .to_host_wait = cpu_to_host_wait,
     .linear_forward = mha_linear_forward_f32,
     .linear_backward = mha_linear_backward_f32,
     .linear_forward_post = mha_linear_forward_post_f32,
@@ -138,7 +152,8 @@ static const Backend cpu_backend = {
     .pool_backward = mha_pool_backward_f32,
     .crossentropy = mha_crossentropy_f32,
     .adamw = cpu_adamw,
-    .sum_squares = cpu_sum_squares,
+    .sum_into = cpu_sum_into,
+    .grad_norm = cpu_grad_norm,
     .scale = cpu_scale,
 };
 

@@ -222,6 +222,78 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+/* Copies back that do not wait (Backend.to_host_async): cudaMemcpyAsync into one pinned
+ * buffer, in stream order, with an event recorded after the latest; to_host_wait waits for that
+ * event (for the ops queued before it, not after) and hands each copy to its destination.
+ * The trainer reads an update's loss and gradient norm so while the next step runs. */
+#define MHA_BACK_COPIES 16
+static struct {
+    char *host;           /* pinned, MHA_ASYNC_COPY_BYTES; NULL until first used */
+    cudaEvent_t done;     /* recorded after the latest copy */
+    size_t used;          /* bytes of host pending */
+    int n, off;           /* copies pending; off: the pinned buffer could not be had */
+    struct {
+        void *dst;
+        size_t at, bytes;
+    } copy[MHA_BACK_COPIES];
+} g_back;
+static std::mutex g_back_mutex;
+
+static void back_wait_locked(void) {
+    if (!g_back.n) return;
+    CUDA_CHECK(cudaEventSynchronize(g_back.done));
+    for (int i = 0; i < g_back.n; i++) memcpy(g_back.copy[i].dst, g_back.host + g_back.copy[i].at, g_back.copy[i].bytes);
+    g_back.n = 0;
+    g_back.used = 0;
+}
+
+static void cu_to_host_wait(void) {
+    std::lock_guard<std::mutex> lock(g_back_mutex);
+    back_wait_locked();
+}
+
+static bool back_ready_locked(void) {
+    if (g_back.host) return true;
+    if (g_back.off) return false;
+    if (cudaMallocHost((void **)&g_back.host, MHA_ASYNC_COPY_BYTES) != cudaSuccess) {
+        cudaGetLastError();   /* not sticky: these copies wait from now on */
+        g_back.host = nullptr;
+        g_back.off = 1;
+        return false;
+    }
+    if (cudaEventCreateWithFlags(&g_back.done, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFreeHost(g_back.host);
+        g_back.host = nullptr;
+        g_back.off = 1;
+        return false;
+    }
+    return true;
+}
+
+static void cu_to_host_async(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    std::unique_lock<std::mutex> lock(g_back_mutex);
+    if (bytes > MHA_ASYNC_COPY_BYTES || !back_ready_locked()) {
+        lock.unlock();
+        cu_to_host(dst, src, bytes);   /* too large, or no pinned buffer: a copy that waits */
+        return;
+    }
+    size_t at = (g_back.used + 15) & ~(size_t)15;
+    if (g_back.n == MHA_BACK_COPIES || at + bytes > MHA_ASYNC_COPY_BYTES) {
+        back_wait_locked();   /* full: the pending copies are delivered first */
+        at = 0;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(g_back.host + at, src, bytes, cudaMemcpyDeviceToHost, 0));
+    CUDA_CHECK(cudaEventRecord(g_back.done, 0));
+    g_back.copy[g_back.n].dst = dst;
+    g_back.copy[g_back.n].at = at;
+    g_back.copy[g_back.n].bytes = bytes;
+    g_back.n++;
+    g_back.used = at + bytes;
+    if (g_sync_each_launch) CUDA_CHECK(cudaDeviceSynchronize());   /* MHA_CUDA_SYNC=1: report here */
+}
+
 static void cu_copy(void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
@@ -312,6 +384,8 @@ static void fill_table(Backend *t) {
     t->copy = cu_copy;
     t->zero = cu_zero;
     t->sync = cu_sync;
+    t->to_host_async = cu_to_host_async;
+    t->to_host_wait = cu_to_host_wait;
     t->linear_forward = mha_cu_linear_forward;
     t->linear_forward_post = mha_cu_linear_forward_post;
     t->linear_backward = mha_cu_linear_backward;
@@ -333,7 +407,8 @@ static void fill_table(Backend *t) {
     t->pool_backward = mha_cu_pool_backward;
     t->crossentropy = mha_cu_crossentropy;
     t->adamw = mha_cu_adamw;
-    t->sum_squares = mha_cu_sum_squares;
+    t->sum_into = mha_cu_sum_into;
+    t->grad_norm = mha_cu_grad_norm;
     t->scale = mha_cu_scale;
     t->peak_bytes = cu_peak_bytes;
     t->attention_kernel = cu_attention_kernel;

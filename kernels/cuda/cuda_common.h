@@ -218,8 +218,9 @@ void mha_cu_crossentropy(float *losses, float *probs, float *dlogits, const floa
                          const int32_t *labels, int B, int K, float smoothing, float dscale);
 /* adamw.cu */
 void mha_cu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
-                  int n_tensors, float lr, float beta1, float beta2, float eps, float grad_scale, int t);
+                  int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale, int t);
 /* reduce.cu */
-double mha_cu_sum_squares(const float *x, size_t n);
+void mha_cu_grad_norm(double *stats, float *grad_scale, const float *g, size_t n, float clip_norm);
+void mha_cu_sum_into(double *acc, const float *x, size_t n);
 
 #endif

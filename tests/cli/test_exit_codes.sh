@@ -69,4 +69,14 @@ out=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/div" --set train.lr
 grep -q "update skipped" <<<"$out" || fail "no skipped-update warning: $out"
 grep -q "training diverged" <<<"$out" || fail "no divergence error: $out"
 [ ! -e "$TMP/div/last.mha" ] && [ ! -e "$TMP/div/model.mha" ] || fail "the diverged run wrote a checkpoint"
+# The trainer reads each update's outcome one update late (model/optimizer.h): the warnings
+# still name 5 consecutive updates, the error the last of them, and metrics.jsonl has a record
+# for each update before it, the skipped ones marked.
+warned=$(grep -o "warning: update [0-9]*" <<<"$out" | grep -o "[0-9]*$" | tr '\n' ' ')
+last=$(grep -o "in a row at update [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+first=$((${last:-0} - 4))
+[ "$warned" = "$(seq -s ' ' "$first" "$last") " ] || fail "skipped updates warned: '$warned', error at update '$last'"
+logged=$(grep -c '"type":"train"' "$TMP/div/metrics.jsonl")
+[ "$logged" = $((${last:-0} - 1)) ] || fail "metrics.jsonl has $logged train records, expected $((${last:-0} - 1))"
+[ "$(grep -c '"skipped":true' "$TMP/div/metrics.jsonl")" = 4 ] || fail "metrics.jsonl: not 4 skipped records"
 finish

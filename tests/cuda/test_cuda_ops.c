@@ -510,7 +510,8 @@ static void test_crossentropy(int B, int K, int with_grad) {
 }
 
 /* n_tensors tensors of sizes cycling through odd lengths, with and without decay, a gap of
- * untouched elements after each, and a clipped step (grad_scale 0.3) among unclipped ones. */
+ * untouched elements after each, and a clipped step (grad_scale 0.3) among unclipped ones,
+ * then a skipped one (grad_scale NaN). */
 static void test_adamw(size_t n, int n_tensors, int t) {
     char name[128], n2[160];
     snprintf(name, sizeof name, "adamw n=%zu tensors=%d t=%d", n, n_tensors, t);
@@ -525,10 +526,12 @@ static void test_adamw(size_t n, int n_tensors, int t) {
         at += ts[k].n + (size_t)(k % 4);   /* a gap of 0-3 untouched elements */
         if (at > n) at = n;
     }
-    for (int rep = 0; rep < 3; rep++) {
-        const float gs = rep == 1 ? 0.3f : 1.0f;
-        cpu->adamw(FC(p), FC(g), FC(m), FC(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, gs, t + rep);
-        gpu->adamw(F(p), F(g), F(m), F(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, gs, t + rep);
+    Buf *scale = buf_new(sizeof(float));   /* the factor, read on the device */
+    for (int rep = 0; rep < 4; rep++) {     /* rep 3: NaN, a skipped update, changes nothing */
+        const float gs = rep == 1 ? 0.3f : rep == 3 ? NAN : 1.0f;
+        buf_set(scale, &gs);
+        cpu->adamw(FC(p), FC(g), FC(m), FC(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, FC(scale), t + rep);
+        gpu->adamw(F(p), F(g), F(m), F(v), ts, n_tensors, 1e-3f, 0.9f, 0.999f, 1e-8f, F(scale), t + rep);
     }
     free(ts);
     snprintf(n2, sizeof n2, "%s p", name);
@@ -540,18 +543,66 @@ static void test_adamw(size_t n, int n_tensors, int t) {
     free_all();
 }
 
-static void test_sum_squares(size_t n) {
+/* grad_norm: the sum of squares against the CPU's (another order of additions), the same bits
+ * twice, the clipping factor, and NaN for a non-finite loss sum or gradient. */
+static void test_grad_norm(size_t n) {
     char name[128];
-    snprintf(name, sizeof name, "sum_squares n=%zu", n);
+    snprintf(name, sizeof name, "grad_norm n=%zu", n);
     if (!wanted(name)) return;
     Buf *x = in_rand(n, -2, 2);
-    double a = cpu->sum_squares(FC(x), n), b = gpu->sum_squares(F(x), n);
-    double b2 = gpu->sum_squares(F(x), n);
-    double e = fabs(a - b) / fabs(a);
+    Buf *stats = buf_new(2 * sizeof(double)), *scale = buf_new(sizeof(float));
+    double st[2] = {2.5, -1.0}, a[2], b[2], b2[2];
+    float gsa, gsb, gsb2;
+    const float clip = (float)sqrt(n * 4.0 / 3.0) / 3;   /* E[x^2] = 4/3: the norm about 3x the limit */
+    buf_set(stats, st);
+    cpu->grad_norm((double *)stats->c, FC(scale), FC(x), n, clip);
+    gpu->grad_norm((double *)stats->g, F(scale), F(x), n, clip);
+    cpu->to_host(a, stats->c, sizeof a), cpu->to_host(&gsa, scale->c, sizeof gsa);
+    gpu->to_host(b, stats->g, sizeof b), gpu->to_host(&gsb, scale->g, sizeof gsb);
+    gpu->grad_norm((double *)stats->g, F(scale), F(x), n, clip);
+    gpu->to_host(b2, stats->g, sizeof b2), gpu->to_host(&gsb2, scale->g, sizeof gsb2);
+    double e = fabs(a[1] - b[1]) / fabs(a[1]), es = fabs((double)gsa - gsb) / gsa;
+    int ok = e < 1e-10 && es < 1e-6 && gsb < 0.5f && b[0] == 2.5 && b[1] == b2[1] && gsb == gsb2;
+    /* a NaN loss sum, then an infinite gradient: NaN factors */
+    float gs_nan = 0;
+    st[0] = NAN;
+    buf_set(stats, st);
+    gpu->grad_norm((double *)stats->g, F(scale), F(x), n, clip);
+    gpu->to_host(&gs_nan, scale->g, sizeof gs_nan);
+    int ok_nan = isnan(gs_nan);
+    st[0] = 2.5;
+    buf_set(stats, st);
+    const float inf = INFINITY;
+    gpu->to_device(F(x) + n / 2, &inf, sizeof inf);
+    gpu->grad_norm((double *)stats->g, F(scale), F(x), n, clip);
+    gs_nan = 0;
+    gpu->to_host(&gs_nan, scale->g, sizeof gs_nan);
+    ok_nan = ok_nan && isnan(gs_nan);
     n_checks++;
-    printf("%-4s %-64s rel %.3g\n", e < 1e-10 && b == b2 ? "ok" : "FAIL", name, e);
-    CHECK(e < 1e-10, "%s: cpu %.17g gpu %.17g", name, a, b);
-    CHECK(b == b2, "%s: two gpu runs differ", name);
+    printf("%-4s %-64s rel %.3g, factor %.3g\n", ok && ok_nan ? "ok" : "FAIL", name, e, es);
+    CHECK(e < 1e-10, "%s: cpu %.17g gpu %.17g", name, a[1], b[1]);
+    CHECK(es < 1e-6 && gsb < 0.5f, "%s: clipping factor cpu %.9g gpu %.9g", name, gsa, gsb);
+    CHECK(b[0] == 2.5, "%s: the loss sum changed", name);
+    CHECK(b[1] == b2[1] && gsb == gsb2, "%s: two gpu runs differ", name);
+    CHECK(ok_nan, "%s: a non-finite loss sum or gradient does not give a NaN factor", name);
+    free_all();
+}
+
+/* sum_into: acc + the sum in index order, the CPU's bits exactly (n over one block's chunk) */
+static void test_sum_into(size_t n) {
+    char name[128];
+    snprintf(name, sizeof name, "sum_into n=%zu", n);
+    if (!wanted(name)) return;
+    Buf *x = in_rand(n, -3, 3), *acc = buf_new(sizeof(double));
+    double a0 = 0.75, a = 0, b = 0;
+    buf_set(acc, &a0);
+    cpu->sum_into((double *)acc->c, FC(x), n);
+    gpu->sum_into((double *)acc->g, F(x), n);
+    cpu->to_host(&a, acc->c, sizeof a);
+    gpu->to_host(&b, acc->g, sizeof b);
+    n_checks++;
+    printf("%-4s %-64s cpu %.17g gpu %.17g\n", a == b ? "ok" : "FAIL", name, a, b);
+    CHECK(a == b, "%s: cpu %.17g gpu %.17g", name, a, b);
     free_all();
 }
 
@@ -602,6 +653,38 @@ static void test_memory_ops(void) {
     CHECK(bad == 0, "staged to_device copies: %d wrong elements", bad);
     free(src);
     free(got);
+
+    /* Copies back that do not wait (to_host_async): 20 of them (more than are held pending at
+     * once), then one too large to be held; each source is zeroed right after its copy is queued,
+     * so a copy must take the bytes as the ops before it left them. Before to_host_wait, the
+     * last destinations still hold what they held (delivery waits for the wait). */
+    enum { BACK = 20 };
+    const size_t bsmall = 40, blarge = MHA_ASYNC_COPY_BYTES / 4 + 1;   /* floats */
+    float *bsrc = malloc(blarge * 4), *bdst[BACK + 1], *dev[BACK + 1];
+    for (int c = 0; c <= BACK; c++) {
+        size_t len = c < BACK ? bsmall : blarge;
+        bdst[c] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) bdst[c][i] = -1.0f;
+        dev[c] = gpu->alloc(len * 4);
+        for (size_t i = 0; i < len; i++) bsrc[i] = (float)(c * 1000 + (int)i);
+        gpu->to_device(dev[c], bsrc, len * 4);
+        gpu->to_host_async(bdst[c], dev[c], len * 4);
+        gpu->zero(dev[c], len * 4);
+    }
+    int undelivered = bdst[BACK - 1][0] == -1.0f;   /* the last small copy waits for to_host_wait */
+    gpu->to_host_wait();
+    bad = 0;
+    for (int c = 0; c <= BACK; c++) {
+        size_t len = c < BACK ? bsmall : blarge;
+        for (size_t i = 0; i < len; i++) bad += bdst[c][i] != (float)(c * 1000 + (int)i);
+        gpu->free(dev[c]);
+        free(bdst[c]);
+    }
+    free(bsrc);
+    n_checks++;
+    printf("%-4s %-64s %d wrong\n", bad || !undelivered ? "FAIL" : "ok", "memory: 20 copies back without waiting, then a large one", bad);
+    CHECK(bad == 0, "to_host_async copies: %d wrong elements", bad);
+    CHECK(undelivered, "to_host_async wrote its destination before to_host_wait");
 }
 
 int main(void) {
@@ -712,8 +795,10 @@ int main(void) {
     test_adamw(50000, 70, 3);   /* more than one launch's 64 tensors */
     if (!emu) test_adamw(1000003, 18, 10);
 
-    test_sum_squares(emu ? 100003 : 1000003);
-    test_sum_squares(17);
+    test_grad_norm(emu ? 100003 : 1000003);
+    test_grad_norm(17);
+    test_sum_into(300);
+    test_sum_into(5);
 
     printf("%d checks\n", n_checks);
     return test_finish("test_cuda_ops");

@@ -237,7 +237,7 @@ static void test_elementwise(void) {
     be->dropout_forward(out, x, n, 0.0f, seed, offset);
     test_expect("dropout p=0 copies", memcmp(out, x, n * sizeof(float)) == 0);
 
-    /* add, accumulate, scale, sum_squares */
+    /* add, accumulate, scale, grad_norm, sum_into */
     fill2(y, NULL, n, -1, 1);
     be->add(out, x, y, n);
     int ok = 1;
@@ -254,14 +254,40 @@ static void test_elementwise(void) {
     test_expect("scale", ok);
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += x_d[i] * x_d[i];
-    test_result("sum_squares", fabs(be->sum_squares(x, n) - ss) / ss, 1e-12);
+    double stats[2] = {3.0, -1.0};   /* a finite loss sum; stats[1] overwritten */
+    float gs = -1.0f;
+    be->grad_norm(stats, &gs, x, n, 0.0f);
+    test_result("grad_norm sum of squares", fabs(stats[1] - ss) / ss, 1e-12);
+    test_expect("grad_norm: no clipping asked, factor 1", gs == 1.0f && stats[0] == 3.0);
+    const float clip = (float)(sqrt(ss) / 2);   /* the norm is twice the limit: factor ~0.5 */
+    be->grad_norm(stats, &gs, x, n, clip);
+    test_expect("grad_norm: the clipping factor clip / (norm + 1e-6)", gs == (float)(clip / (sqrt(stats[1]) + 1e-6)) &&
+                fabs(gs - 0.5) < 1e-6);
+    be->grad_norm(stats, &gs, x, n, 4 * clip);
+    test_expect("grad_norm: a norm under the limit is not clipped", gs == 1.0f);
+    stats[0] = NAN;
+    be->grad_norm(stats, &gs, x, n, clip);
+    test_expect("grad_norm: a non-finite loss sum skips (NaN factor)", isnan(gs));
+    stats[0] = 3.0;
+    float keep = x[n / 2];
+    x[n / 2] = INFINITY;
+    be->grad_norm(stats, &gs, x, n, clip);
+    test_expect("grad_norm: a non-finite gradient skips (NaN factor)", isnan(gs) && isinf(stats[1]));
+    x[n / 2] = keep;
+    double acc = 0.25, acc_ref = 0;
+    for (size_t i = 0; i < n; i++) acc_ref += x[i];
+    acc_ref += 0.25;
+    be->sum_into(&acc, x, n);
+    test_expect("sum_into: acc + the sum in index order, in double", acc == acc_ref);
     const size_t nbig = 3000000;
     float *big = falloc(nbig);
     fill2(big, NULL, nbig, -1, 1);
-    double s1 = mha_cpu_backend(1)->sum_squares(big, nbig);
-    double s2 = mha_cpu_backend(2)->sum_squares(big, nbig);
+    double st1[2] = {0, 0}, st2[2] = {0, 0};
+    float gs1, gs2;
+    mha_cpu_backend(1)->grad_norm(st1, &gs1, big, nbig, 1.0f);
+    mha_cpu_backend(2)->grad_norm(st2, &gs2, big, nbig, 1.0f);
     be = mha_cpu_backend(0);
-    test_expect("sum_squares bitwise equal, 1 vs 2 threads", s1 == s2);
+    test_expect("grad_norm bitwise equal, 1 vs 2 threads", st1[1] == st2[1] && gs1 == gs2);
     be->free(big);
     be->free(x), be->free(y), be->free(out), be->free(g), be->free(d);
     free(x_d), free(out_d), free(g_d), free(d_d);
@@ -516,9 +542,11 @@ static void test_adamw(void) {
     double maxerr = 0;
     /* two tensors: [0, 3) with weight decay, [3, 4) without; step 3 clips (grad_scale 0.5) */
     const AdamwTensor tensors[2] = {{0, 3, (float)wd}, {3, 1, 0.0f}};
+    float *scale = falloc(1);   /* Backend.adamw reads the factor from backend memory */
     for (int t = 1; t <= 3; t++) {
         const double gs = t == 3 ? 0.5 : 1.0;
-        be->adamw(p, g, m, v, tensors, 2, (float)lr, (float)b1, (float)b2, (float)eps, (float)gs, t);
+        *scale = (float)gs;
+        be->adamw(p, g, m, v, tensors, 2, (float)lr, (float)b1, (float)b2, (float)eps, scale, t);
         for (int i = 0; i < 4; i++) {   /* torch.optim.AdamW after clip_grad_norm_, in double */
             double gi = g[i] * gs;
             pd[i] -= lr * (i < 3 ? wd : 0.0) * pd[i];
@@ -537,7 +565,14 @@ static void test_adamw(void) {
         }
     }
     test_result("adamw 3 steps vs double formula", maxerr, 1e-6);
-    be->free(p), be->free(g), be->free(m), be->free(v);
+    /* a NaN factor (grad_norm's skip) leaves every buffer as it was */
+    float before[12];
+    memcpy(before, p, 4 * sizeof(float)), memcpy(before + 4, m, 4 * sizeof(float)), memcpy(before + 8, v, 4 * sizeof(float));
+    *scale = NAN;
+    be->adamw(p, g, m, v, tensors, 2, (float)lr, (float)b1, (float)b2, (float)eps, scale, 4);
+    test_expect("adamw with a NaN factor changes nothing", memcmp(before, p, 4 * sizeof(float)) == 0 &&
+                memcmp(before + 4, m, 4 * sizeof(float)) == 0 && memcmp(before + 8, v, 4 * sizeof(float)) == 0);
+    be->free(p), be->free(g), be->free(m), be->free(v), be->free(scale);
 }
 
 /* ----------------------------- memory, expf ----------------------------- */
@@ -551,8 +586,12 @@ static void test_memory_and_expf(void) {
     for (int i = 0; i < 1000; i++) ok &= b[i] == 0;
     be->to_host(b, a, 1000);
     ok &= memcmp(a, b, 1000) == 0;
+    be->zero(b, 1000);
+    be->to_host_async(b, a, 1000);
+    be->to_host_wait();
+    ok &= memcmp(a, b, 1000) == 0;
     be->sync();
-    test_expect("copy, zero, to_host", ok);
+    test_expect("copy, zero, to_host, to_host_async", ok);
     be->free(a), be->free(b);
 
     double maxrel = 0;

@@ -4,6 +4,9 @@
  *  - the fused and materialising attention paths train identically, dropout included;
  *  - the fused linear layers (Backend.linear_forward_post) train bit for bit as the separate ops;
  *  - single-batch overfit: 32 examples reach loss < 0.01 within 300 updates;
+ *  - updates queued as the trainer queues them (each outcome read after the next batch is
+ *    queued): a skipped update (non-finite gradients, or loss) changes nothing, AdamW's step
+ *    count does not count it, and the loss sum read back is model_loss_sum's;
  *  - the learning-rate schedule's warmup and decay values;
  *  - bf16 mixed precision on the CPU (when it has AVX512_BF16): first gradients within bf16
  *    rounding of fp32's, and 50 updates whose losses follow the fp32 run. */
@@ -16,6 +19,7 @@
 #include "model/trainer.h"
 #include "tests/test_util.h"
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <string.h>
 
 static void small_config(Config *c, const char *attention) {
@@ -184,6 +188,79 @@ static void train_steps(const Backend *be, const Config *c, int B, int T, uint64
     adamw_destroy(&opt, &m);
     model_destroy(&m);
     free(ids), free(len), free(lab);
+}
+
+/* Updates queued as the trainer queues them: adamw_begin, forward, backward,
+ * model_loss_accumulate, then the outcome of the previous update, then adamw_queue. Run 0
+ * takes two good updates; runs 1 and 2 take three, the second of which is skipped (run 1: a
+ * NaN gradient; run 2: a NaN loss sum). Each batch is the same, with the same dropout, so the
+ * parameters after (good, skipped, good) must be those after (good, good), bit for bit, and
+ * AdamW's step count 2. */
+static void test_skipped_update_pipelined(void) {
+    const Backend *be = mha_cpu_backend(2);
+    Config c;
+    small_config(&c, "fused");
+    c.dropout = 0.1f;
+    ModelDims d;
+    model_dims_from_config(&d, &c, 60, 3);
+    const int B = 8, T = 10;
+    int32_t ids[8 * 10], len[8], lab[8];
+    random_batch(B, T, 60, 3, 21, ids, len, lab);
+    float *final[3];
+    int skipped_seen[3] = {0, 0, 0}, t_end[3], loss_read_ok = 1;
+    size_t bytes = 0;
+    MhaError err;
+    for (int run = 0; run < 3; run++) {
+        Model m;
+        AdamW o;
+        CHECK(model_create(&m, &d, be, B, T, 0, 0, &err) == 0, "%s", err.msg);
+        CHECK(adamw_create(&o, &m, &err) == 0, "%s", err.msg);
+        model_init_params(&m, 7);
+        int queued = 0;
+        double loss_expected = 0;
+        for (int s = 0; s < (run ? 3 : 2); s++) {
+            model_zero_grads(&m);
+            adamw_begin(&o, &m);
+            model_forward(&m, ids, len, lab, B, T, 1, 100);
+            model_backward(&m, 1.0f / B, 100);
+            model_loss_accumulate(&m, o.stats);
+            if (queued) {
+                double loss_sum = 0;
+                skipped_seen[run] += adamw_outcome(&o, &m, &loss_sum, NULL);
+                if (run == 0) loss_read_ok &= loss_sum == loss_expected;
+            }
+            if (run == 0) loss_expected = model_loss_sum(&m);
+            if (run && s == 1) {   /* poison this update */
+                if (run == 1) {
+                    float nan = NAN;
+                    be->to_device(m.grads + 5, &nan, sizeof nan);
+                } else {
+                    double nan = NAN;
+                    be->to_device(o.stats, &nan, sizeof nan);
+                }
+            }
+            adamw_queue(&o, &m, &c, 1e-2f);
+            queued = 1;
+        }
+        double loss_sum = 0;
+        skipped_seen[run] += adamw_outcome(&o, &m, &loss_sum, NULL);
+        if (run == 0) loss_read_ok &= loss_sum == loss_expected;
+        t_end[run] = o.t;
+        bytes = m.lay.total * sizeof(float);
+        final[run] = malloc(bytes);
+        be->to_host(final[run], m.params, bytes);
+        adamw_destroy(&o, &m);
+        model_destroy(&m);
+    }
+    CHECK(loss_read_ok, "pipelined updates: the loss sum read back differs from model_loss_sum");
+    CHECK(skipped_seen[0] == 0 && skipped_seen[1] == 1 && skipped_seen[2] == 1,
+          "pipelined updates: skipped %d, %d, %d (expected 0, 1, 1)", skipped_seen[0], skipped_seen[1], skipped_seen[2]);
+    CHECK(t_end[0] == 2 && t_end[1] == 2 && t_end[2] == 2, "pipelined updates: AdamW step %d, %d, %d (expected 2)",
+          t_end[0], t_end[1], t_end[2]);
+    CHECK(memcmp(final[0], final[1], bytes) == 0 && memcmp(final[0], final[2], bytes) == 0,
+          "pipelined updates: (good, skipped, good) differs from (good, good)");
+    for (int run = 0; run < 3; run++) free(final[run]);
+    printf("skipped update, pipelined: parameters and step count as without it: ok\n");
 }
 
 /* Fused and materialising attention with dropout on: same losses over 5 updates. */
@@ -366,6 +443,7 @@ int main(void) {
     test_grad_accum();
     test_grad_accum_vs_torch();
     test_paths_agree_with_dropout();
+    test_skipped_update_pipelined();
     test_fused_linear_trains_as_separate();
     test_overfit();
     test_bf16_follows_fp32();

@@ -21,10 +21,11 @@
  *    dynamic shared memory against the opt-in attribute) and reported by cudaGetLastError.
  *    The device is an sm_90 (227 KiB of shared memory per block), or the GPU MHA_EMU_GPU names
  *    (see read_gpu).
- *  - Copies from pinned host memory (cudaMallocHost) are deferred, as a GPU runs them
- *    asynchronously: they happen at the next launch, GEMM, other copy, memset or
- *    synchronisation, reading the pinned buffer then, so a host that rewrites one before
- *    waiting for its copy (cudaEventSynchronize) sends the new contents, as it could on a GPU.
+ *  - Asynchronous copies from or to pinned host memory (cudaMallocHost) are deferred, as a
+ *    GPU runs them asynchronously: they happen at the next launch, GEMM, other copy, memset or
+ *    synchronisation, reading the source then, so a host that rewrites a pinned source before
+ *    waiting for its copy (cudaEventSynchronize) sends the new contents, and one that reads a
+ *    pinned destination before waiting finds the old ones, as it could on a GPU.
  *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns), filled with
  *    NaN bytes (a read of device memory nothing wrote shows), on a device of 1 GiB (more
  *    fails with cudaErrorMemoryAllocation, as on a full GPU); cuBLAS SGEMM
@@ -155,12 +156,12 @@ inline bool has_kernel_image(void) { return gpu.major >= 8; }
 constexpr size_t kStack = 256 * 1024;
 
 inline std::map<const void *, size_t> pinned;         /* cudaMallocHost allocations */
-struct PendingCopy {
+struct PendingCopy {   /* from or to pinned memory */
     void *dst;
     const void *src;
     size_t n;
 };
-inline std::vector<PendingCopy> pending;                /* copies from pinned memory, in order */
+inline std::vector<PendingCopy> pending;                /* copies from or to pinned memory, in order */
 
 inline bool is_pinned(const void *p) {
     auto it = pinned.upper_bound(p);
@@ -262,12 +263,13 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
 }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
                                    cudaStream_t = nullptr) {
-    if (!mha_emu::is_pinned(src)) return cudaMemcpy(dst, src, n, k);
+    if (!mha_emu::is_pinned(src) && !mha_emu::is_pinned(dst)) return cudaMemcpy(dst, src, n, k);
     mha_emu::check_range(dst, n, "cudaMemcpyAsync destination");
+    mha_emu::check_range(src, n, "cudaMemcpyAsync source");
     if (n) mha_emu::pending.push_back({dst, src, n});
     return cudaSuccess;
 }
-/* Pinned host memory: host memory whose copies to the device are deferred (see the head
+/* Pinned host memory: host memory whose asynchronous copies are deferred (see the head
  * comment); waiting for an event runs every deferred copy. */
 inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
