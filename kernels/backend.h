@@ -53,11 +53,13 @@ typedef struct Backend {
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void);
     /* A copy to the host that does not wait: the bytes of src, as the ops queued before this
-     * call leave them, reach host_dst at the next to_host_wait(), which waits for those ops
-     * only (not for ops queued after the copy). host_dst is not to be read before that. At
-     * most MHA_ASYNC_COPY_BYTES pending in all (a larger copy waits, as to_host does). The
-     * trainer reads each update's loss and gradient norm this way, one update late, so that
-     * the device never idles while the host queues the next step. */
+     * call leave them, reach host_dst by the next to_host_wait(), which waits for the ops
+     * queued before the latest such copy, not for those queued after it. host_dst is not to
+     * be read before that. Copies land in the order they were asked for; at most
+     * MHA_ASYNC_COPY_BYTES (16 copies) are held pending, and a copy that finds no room, or a
+     * larger one, first delivers those pending (the larger one then waits, as to_host does).
+     * The trainer reads each update's loss and gradient norm this way, one update late, so
+     * that the device has the next update's work while the host logs the last. */
     void (*to_host_async)(void *host_dst, const void *src, size_t bytes);
     void (*to_host_wait)(void);
 

@@ -507,7 +507,7 @@ typedef struct {
     double t_start;                 /* when this stretch of updates began (each epoch) */
     long start_update;              /* r->update then */
     double t_last_print, t_window;  /* the last progress line; the start of the tok/s window */
-    long tokens_window;             /* real tokens queued since t_window */
+    long tokens_window;             /* real tokens of the updates finished since t_window */
     long print_every;
 } Progress;
 
@@ -518,6 +518,7 @@ typedef struct {
     int epoch;       /* 0-based */
     float lr;
     long examples;   /* in its batches */
+    long tokens;     /* real tokens in its batches */
 } PendingUpdate;
 
 /* Reads the outcome of the pending update (adamw_outcome: waits for the copy back queued right
@@ -556,6 +557,7 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
     cJSON_AddBoolToObject(rec, "skipped", skipped);
     log_record(r, rec);
 
+    pg->tokens_window += pu->tokens;
     double t = now_s();
     long u = pu->update, every = pg->print_every;
     if (!pg->quiet && (u % every == 0 || pg->tty || u == r->total_updates) &&
@@ -746,7 +748,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         while (bt.pos < bt.n_batches && !stop) {
             model_zero_grads(&r.model);
             adamw_begin(&r.opt, &r.model);
-            long examples = 0;
+            long examples = 0, tokens = 0;
             const Batch *b;
             for (int k = 0; k < cfg->grad_accum && (b = next_batch(&bt, &data_seconds)) != NULL; k++) {
                 uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
@@ -754,11 +756,11 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                 model_backward(&r.model, 1.0f, seed);
                 model_loss_accumulate(&r.model, r.opt.stats);
                 examples += b->B;
-                pg.tokens_window += b->real_tokens;
+                tokens += b->real_tokens;
                 profiled_tokens += b->real_tokens;
             }
-            /* The previous update's outcome: the first wait for the device in a step, while it
-             * runs this update's forward and backward, queued above. */
+            /* The previous update's outcome: a wait for its AdamW only, while the device has
+             * this update's forward and backward, queued above, to run. */
             if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
             r.be->scale(r.model.grads, r.model.lay.total, 1.0f / (float)examples);
             float lr = schedule_lr(cfg, r.update, r.total_updates);
@@ -766,7 +768,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             r.batch_pos = bt.pos;
             r.update++;
             pending = (PendingUpdate){.queued = 1, .update = r.update, .epoch = r.epoch, .lr = lr,
-                                      .examples = examples};
+                                      .examples = examples, .tokens = tokens};
             if (r.has_dev && cfg->eval_every > 0 && r.update % cfg->eval_every == 0) {
                 if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
                 if (tty) fputc('\n', stderr);

@@ -275,6 +275,7 @@ static void cu_to_host_async(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     std::unique_lock<std::mutex> lock(g_back_mutex);
     if (bytes > MHA_ASYNC_COPY_BYTES || !back_ready_locked()) {
+        back_wait_locked();   /* the copies queued before it land first, in order */
         lock.unlock();
         cu_to_host(dst, src, bytes);   /* too large, or no pinned buffer: a copy that waits */
         return;

@@ -3,7 +3,9 @@
  * pre-LN, with padded batches; then 50 training updates (dropout on: the counter RNG gives
  * both backends the same masks) whose losses must follow the CPU run. Then the same in mixed
  * precision (train.precision = "bf16": bf16 GEMMs and WMMA attention) against the fp32 CPU
- * run, with the tolerances stated in main(). First, the out-of-memory error of model_create.
+ * run, with the tolerances stated in main(). First, the out-of-memory error of model_create,
+ * and updates queued as the trainer queues them (test_pipelined_updates: on the emulation, no
+ * wait for the whole device in a step).
  * Skips (77) without a visible device. Built twice: against the real CUDA backend, and
  * against the host emulation of the kernels (suite cuda-emu) so the logic is checked on
  * machines without a GPU. */
@@ -14,6 +16,7 @@
 #include "model/config.h"
 #include "model/optimizer.h"
 #include "tests/test_util.h"
+#include <math.h>
 #include <string.h>
 
 static void random_batch(int B, int T, int V, int K, uint64_t seed, int32_t *ids, int32_t *len, int32_t *lab) {
@@ -131,6 +134,100 @@ static void test_out_of_memory(const Backend *gpu) {
     model_destroy(&m);
 }
 
+#ifdef MHA_CUDA_EMU
+void mha_emu_waits(long *device, long *event);   /* tests/cuda/emu/emu_backend_cuda.cpp */
+#endif
+
+/* Updates queued as the trainer queues them (model/trainer.c: adamw_begin, forward, backward,
+ * model_loss_accumulate, then the previous update's adamw_outcome, then adamw_queue) give the
+ * parameters of updates waited for one at a time (adamw_step), bit for bit; so does a third
+ * run with an update whose gradient is poisoned (NaN) queued among them, which must come out
+ * skipped and change nothing (adamw_outcome gives its step count back). On the emulation,
+ * after two updates (scratch buffers grown, the staging ring allocated), four more must not wait
+ * for the whole device once, and at most 4 times each for an event: the staging ring's slot
+ * for each of the batch's ids, lengths and labels, and the copy back of the previous update's
+ * loss and gradient norm (adamw_outcome). */
+static void test_pipelined_updates(const Backend *gpu, int emu) {
+    const int B = emu ? 3 : 16, T = emu ? 9 : 70, steps = 6;
+    Config c;
+    config_defaults(&c);
+    c.d_model = 16; c.n_heads = 2; c.d_ff = 32; c.n_layers = 1; c.max_len = T;
+    c.dropout = 0.1f; c.lr = 1e-2f;
+    snprintf(c.attention, sizeof c.attention, "fused");
+    ModelDims d;
+    model_dims_from_config(&d, &c, 50, 3);
+    int32_t *ids = malloc((size_t)B * T * sizeof *ids), *len = malloc((size_t)B * sizeof *len);
+    int32_t *lab = malloc((size_t)B * sizeof *lab);
+    random_batch(B, T, 50, 3, 23, ids, len, lab);
+    float *final[3];
+    int t_end[3], skipped[3] = {0, 0, 0};
+    const int poisoned = 3;   /* run 2: an extra, poisoned update before update 3 */
+    size_t n = 0;
+#ifdef MHA_CUDA_EMU
+    const int warm = 2;   /* updates before the waits are counted */
+    long dev0 = 0, ev0 = 0, dev1 = 0, ev1 = 0;
+#endif
+    MhaError err;
+    for (int run = 0; run < 3; run++) {
+        Model m;
+        AdamW o;
+        CHECK(model_create(&m, &d, gpu, B, T, 0, 0, &err) == 0, "%s", err.msg);
+        CHECK(adamw_create(&o, &m, &err) == 0, "%s", err.msg);
+        model_init_params(&m, 5);
+        int queued = 0;
+        for (int i = 0; i < steps + (run == 2); i++) {
+            const int s = run == 2 && i > poisoned ? i - 1 : i;   /* the batch's dropout seed: 60 + s */
+#ifdef MHA_CUDA_EMU
+            if (run == 1 && s == warm) mha_emu_waits(&dev0, &ev0);
+#endif
+            model_zero_grads(&m);
+            if (run) adamw_begin(&o, &m);
+            model_forward(&m, ids, len, lab, B, T, 1, 60 + s);
+            model_backward(&m, 1.0f / B, 60 + s);
+            if (run == 0) {
+                adamw_step(&o, &m, &c, c.lr, NULL);
+                continue;
+            }
+            model_loss_accumulate(&m, o.stats);
+            if (queued) skipped[run] += adamw_outcome(&o, &m, NULL, NULL);
+            if (run == 2 && i == poisoned) {
+                const float nan = NAN;
+                gpu->to_device(m.grads + 7, &nan, sizeof nan);
+            }
+            adamw_queue(&o, &m, &c, c.lr);
+            queued = 1;
+        }
+#ifdef MHA_CUDA_EMU
+        if (run == 1) mha_emu_waits(&dev1, &ev1);
+#endif
+        if (run) skipped[run] += adamw_outcome(&o, &m, NULL, NULL);
+        t_end[run] = o.t;
+        n = m.lay.total;
+        final[run] = to_host(gpu, m.params, n);
+        adamw_destroy(&o, &m);
+        model_destroy(&m);
+    }
+    int same = memcmp(final[0], final[1], n * sizeof(float)) == 0;
+    int same_skip = memcmp(final[0], final[2], n * sizeof(float)) == 0;
+    CHECK(same, "pipelined updates differ from updates waited for one at a time");
+    CHECK(same_skip, "pipelined updates with a skipped one among them differ from updates waited for");
+    CHECK(skipped[0] == 0 && skipped[1] == 0 && skipped[2] == 1, "skipped updates %d, %d (expected 0, 1)",
+          skipped[1], skipped[2]);
+    CHECK(t_end[0] == steps && t_end[1] == steps && t_end[2] == steps, "AdamW steps %d, %d, %d (expected %d)",
+          t_end[0], t_end[1], t_end[2], steps);
+    printf("%-4s %d pipelined updates, and with a skipped one among them: the parameters of updates waited for, "
+           "bit for bit\n", same && same_skip && skipped[2] == 1 && t_end[2] == steps ? "ok" : "FAIL", steps);
+#ifdef MHA_CUDA_EMU
+    long dw = dev1 - dev0, ew = ev1 - ev0;
+    printf("%-4s %d pipelined updates: %ld waits for the whole device, %ld for an event (at most %d)\n",
+           dw == 0 && ew <= 4 * (steps - warm) ? "ok" : "FAIL", steps - warm, dw, ew, 4 * (steps - warm));
+    CHECK(dw == 0, "%d pipelined updates waited %ld times for the whole device", steps - warm, dw);
+    CHECK(ew <= 4 * (steps - warm), "%d pipelined updates waited %ld times for an event", steps - warm, ew);
+#endif
+    free(final[0]); free(final[1]); free(final[2]);
+    free(ids); free(len); free(lab);
+}
+
 int main(void) {
     char why[256] = "";
     const Backend *gpu = mha_cuda_backend(0, 0, why, sizeof why);
@@ -141,6 +238,7 @@ int main(void) {
     int emu = getenv("MHA_TEST_EMU") != NULL;  /* the host emulation is slow: smaller shapes */
     const char *norms[] = {"post", "pre"}, *paths[] = {"math", "fused"};
     test_out_of_memory(gpu);
+    test_pipelined_updates(gpu, emu);
     const Tol fp32 = {1e-5, 1e-5, 1e-3};
     /* bf16 (mixed precision) against the fp32 CPU run: every GEMM and attention product rounds
      * its operands to 8 significant bits (2^-9 relative), so the first forward is held to the

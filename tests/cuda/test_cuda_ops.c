@@ -656,22 +656,26 @@ static void test_memory_ops(void) {
 
     /* Copies back that do not wait (to_host_async): 20 of them (more than are held pending at
      * once), then one too large to be held; each source is zeroed right after its copy is queued,
-     * so a copy must take the bytes as the ops before it left them. Before to_host_wait, the
-     * last destinations still hold what they held (delivery waits for the wait). */
+     * so a copy must take the bytes as the ops before it left them. Before the large one, the
+     * last small destination still holds what it held (delivery waits for a wait). */
     enum { BACK = 20 };
     const size_t bsmall = 40, blarge = MHA_ASYNC_COPY_BYTES / 4 + 1;   /* floats */
     float *bsrc = malloc(blarge * 4), *bdst[BACK + 1], *dev[BACK + 1];
-    for (int c = 0; c <= BACK; c++) {
+    for (int c = 0; c <= BACK; c++) {   /* the sources first: to_device may wait (its ring) */
         size_t len = c < BACK ? bsmall : blarge;
         bdst[c] = malloc(len * 4);
         for (size_t i = 0; i < len; i++) bdst[c][i] = -1.0f;
         dev[c] = gpu->alloc(len * 4);
         for (size_t i = 0; i < len; i++) bsrc[i] = (float)(c * 1000 + (int)i);
         gpu->to_device(dev[c], bsrc, len * 4);
+    }
+    int undelivered = 0;
+    for (int c = 0; c <= BACK; c++) {
+        size_t len = c < BACK ? bsmall : blarge;
+        if (c == BACK) undelivered = bdst[BACK - 1][0] == -1.0f;
         gpu->to_host_async(bdst[c], dev[c], len * 4);
         gpu->zero(dev[c], len * 4);
     }
-    int undelivered = bdst[BACK - 1][0] == -1.0f;   /* the last small copy waits for to_host_wait */
     gpu->to_host_wait();
     bad = 0;
     for (int c = 0; c <= BACK; c++) {

@@ -24,8 +24,9 @@
  *  - Asynchronous copies from or to pinned host memory (cudaMallocHost) are deferred, as a
  *    GPU runs them asynchronously: they happen at the next launch, GEMM, other copy, memset or
  *    synchronisation, reading the source then, so a host that rewrites a pinned source before
- *    waiting for its copy (cudaEventSynchronize) sends the new contents, and one that reads a
- *    pinned destination before waiting finds the old ones, as it could on a GPU.
+ *    waiting for its copy (cudaEventSynchronize) sends the new contents, as it could on a GPU;
+ *    a pinned destination receives its bytes only when the host waits (an event, a
+ *    synchronisation, a synchronous copy), so one read before that finds the old ones.
  *  - cudaMalloc is malloc of the exact size (so AddressSanitizer sees overruns), filled with
  *    NaN bytes (a read of device memory nothing wrote shows), on a device of 1 GiB (more
  *    fails with cudaErrorMemoryAllocation, as on a full GPU); cuBLAS SGEMM
@@ -156,6 +157,10 @@ inline bool has_kernel_image(void) { return gpu.major >= 8; }
 constexpr size_t kStack = 256 * 1024;
 
 inline std::map<const void *, size_t> pinned;         /* cudaMallocHost allocations */
+/* Calls after which the host has waited for the device (mha_emu_waits): device_waits for all
+ * queued work (cudaDeviceSynchronize, cudaFree, a copy between host and device memory that is
+ * not an asynchronous one of pinned memory), event_waits for the work before an event. */
+inline long device_waits, event_waits;
 struct PendingCopy {   /* from or to pinned memory */
     void *dst;
     const void *src;
@@ -169,10 +174,30 @@ inline bool is_pinned(const void *p) {
     --it;
     return (const char *)p < (const char *)it->first + it->second;
 }
-/* Runs the deferred copies: called wherever the device would next use or return data. */
+/* Device-to-pinned copies the device has run, whose bytes the host sees only once it waits
+ * (land_copies): a host that reads a pinned destination without waiting finds the old bytes. */
+struct LandingCopy {
+    void *dst;
+    std::vector<char> bytes;
+};
+inline std::vector<LandingCopy> landing;
+/* Runs the deferred copies: called wherever the device would next use or return data. A copy
+ * to pinned memory takes the device's bytes now (stream order), and lands at the next wait. */
 inline void flush_copies(void) {
-    for (const PendingCopy &c : pending) memmove(c.dst, c.src, c.n);
+    for (const PendingCopy &c : pending) {
+        if (is_pinned(c.dst) && !is_pinned(c.src))
+            landing.push_back({c.dst, std::vector<char>((const char *)c.src, (const char *)c.src + c.n)});
+        else
+            memmove(c.dst, c.src, c.n);
+    }
     pending.clear();
+}
+/* A wait for the device (an event, a synchronisation, a synchronous copy): every copy runs,
+ * and what it wrote to pinned memory is there for the host. */
+inline void land_copies(void) {
+    flush_copies();
+    for (const LandingCopy &l : landing) memcpy(l.dst, l.bytes.data(), l.bytes.size());
+    landing.clear();
 }
 
 inline void fail(const char *what) {
@@ -228,7 +253,8 @@ inline cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize(void) {
-    mha_emu::flush_copies();
+    mha_emu::device_waits++;
+    mha_emu::land_copies();
     return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
@@ -245,7 +271,8 @@ inline cudaError_t cudaMalloc(void **p, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void *p) {
-    mha_emu::flush_copies();
+    mha_emu::device_waits++;
+    mha_emu::land_copies();
     if (!p) return cudaSuccess;
     auto it = mha_emu::live.find(p);
     if (it == mha_emu::live.end()) mha_emu::fail("cudaFree of a pointer cudaMalloc did not return");
@@ -254,8 +281,10 @@ inline cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
-    mha_emu::flush_copies();
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    if (k != cudaMemcpyDeviceToDevice) mha_emu::device_waits++;   /* device to device: the host goes on */
+    if (k != cudaMemcpyDeviceToDevice) mha_emu::land_copies();
+    else mha_emu::flush_copies();
     mha_emu::check_range(dst, n, "cudaMemcpy destination");
     mha_emu::check_range(src, n, "cudaMemcpy source");
     if (n) memmove(dst, src, n);
@@ -278,7 +307,7 @@ inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFreeHost(void *p) {
-    mha_emu::flush_copies();
+    mha_emu::land_copies();
     mha_emu::pinned.erase(p);
     free(p);
     return cudaSuccess;
@@ -290,7 +319,8 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
-    mha_emu::flush_copies();
+    mha_emu::event_waits++;
+    mha_emu::land_copies();
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = nullptr) {
