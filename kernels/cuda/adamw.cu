@@ -1,7 +1,9 @@
 /* kernels/cuda/adamw.cu: AdamW exactly as torch.optim.AdamW (single-tensor path), for every
  * parameter tensor of the model in one launch (up to ADAMW_GROUP tensors per launch):
- *   g *= *grad_scale (read on the device: grad_norm wrote it; not finite: skip the update);  p *= 1 - lr*wd;  m = lerp(m, g, 1 - beta1);  v = beta2*v + (1 - beta2)*g*g;
+ *   g *= *grad_scale;  p *= 1 - lr*wd;  m = lerp(m, g, 1 - beta1);  v = beta2*v + (1 - beta2)*g*g;
  *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * The factor is read on the device (grad_norm wrote it, reduce.cu); when it is not finite the
+ * update is skipped and nothing is written.
  * The bias corrections are computed on the host in double, as Python does. The tensors'
  * blocks are laid end to end (tensor k owns blocks first[k] .. first[k+1]-1), so no block
  * idles whatever the tensors' sizes; one launch replaces one per tensor (18 for one layer).
@@ -52,7 +54,8 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(float *__restrict_
 }
 
 void mha_cu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
-                  int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale, int t) {
+                  int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale,
+                  int t) {
     MHA_CU_REQUIRE(t >= 1, "adamw: step t is 1-based");
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
     const double bc2 = 1.0 - pow((double)beta2, (double)t);

@@ -242,7 +242,8 @@ static std::mutex g_back_mutex;
 static void back_wait_locked(void) {
     if (!g_back.n) return;
     CUDA_CHECK(cudaEventSynchronize(g_back.done));
-    for (int i = 0; i < g_back.n; i++) memcpy(g_back.copy[i].dst, g_back.host + g_back.copy[i].at, g_back.copy[i].bytes);
+    for (int i = 0; i < g_back.n; i++)
+        memcpy(g_back.copy[i].dst, g_back.host + g_back.copy[i].at, g_back.copy[i].bytes);
     g_back.n = 0;
     g_back.used = 0;
 }

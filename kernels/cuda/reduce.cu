@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(SS_THREADS) sum_squares_stage1(double *partial
 }
 
 /* stats[1] = the sum of the partials; *grad_scale from stats[0] (the loss sum) and it */
-__global__ void __launch_bounds__(SS_THREADS) grad_norm_stage2(double *stats, float *grad_scale,
-                                                               const double *partial, int G, float clip_norm) {
+__global__ void __launch_bounds__(SS_THREADS)
+grad_norm_stage2(double *stats, float *grad_scale, const double *partial, int G, float clip_norm) {
     __shared__ double sh[SS_THREADS];
     double acc = 0.0;
     for (int i = threadIdx.x; i < G; i += SS_THREADS) acc += partial[i];
