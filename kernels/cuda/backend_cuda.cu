@@ -184,24 +184,32 @@ static struct {
 static int g_stage_next = 0, g_stage_off = 0;
 static std::mutex g_stage_mutex;
 
+/* A pinned buffer of `bytes` and an event for the copies through it. On failure (the error is
+ * not sticky, and is cleared) *host is NULL and *off set: the caller's copies wait from then on
+ * (cudaMemcpy). */
+static bool pinned_with_event(void **host, cudaEvent_t *event, size_t bytes, int *off) {
+    if (cudaMallocHost(host, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        *host = nullptr;
+        *off = 1;
+        return false;
+    }
+    if (cudaEventCreateWithFlags(event, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFreeHost(*host);
+        *host = nullptr;
+        *off = 1;
+        return false;
+    }
+    return true;
+}
+
 static bool staged_to_device(void *dst, const void *src, size_t bytes) {
     std::lock_guard<std::mutex> lock(g_stage_mutex);
     if (bytes > MHA_STAGE_BYTES || g_stage_off) return false;
     auto &s = g_stage[g_stage_next];
     if (!s.host) {
-        if (cudaMallocHost(&s.host, MHA_STAGE_BYTES) != cudaSuccess) {
-            cudaGetLastError();   /* not sticky: plain cudaMemcpy from now on */
-            s.host = nullptr;
-            g_stage_off = 1;
-            return false;
-        }
-        if (cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming) != cudaSuccess) {
-            cudaGetLastError();
-            cudaFreeHost(s.host);
-            s.host = nullptr;
-            g_stage_off = 1;
-            return false;
-        }
+        if (!pinned_with_event(&s.host, &s.read, MHA_STAGE_BYTES, &g_stage_off)) return false;
     } else {
         CUDA_CHECK(cudaEventSynchronize(s.read));   /* its previous transfer is done */
     }
@@ -256,20 +264,10 @@ static void cu_to_host_wait(void) {
 static bool back_ready_locked(void) {
     if (g_back.host) return true;
     if (g_back.off) return false;
-    if (cudaMallocHost((void **)&g_back.host, MHA_ASYNC_COPY_BYTES) != cudaSuccess) {
-        cudaGetLastError();   /* not sticky: these copies wait from now on */
-        g_back.host = nullptr;
-        g_back.off = 1;
-        return false;
-    }
-    if (cudaEventCreateWithFlags(&g_back.done, cudaEventDisableTiming) != cudaSuccess) {
-        cudaGetLastError();
-        cudaFreeHost(g_back.host);
-        g_back.host = nullptr;
-        g_back.off = 1;
-        return false;
-    }
-    return true;
+    void *host = nullptr;
+    bool ok = pinned_with_event(&host, &g_back.done, MHA_ASYNC_COPY_BYTES, &g_back.off);
+    g_back.host = (char *)host;
+    return ok;
 }
 
 static void cu_to_host_async(void *dst, const void *src, size_t bytes) {
