@@ -11,7 +11,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include <math.h>
-#include <strings.h>
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -19,6 +19,8 @@
 #define FN(name) mha_##name##_f32
 #define GEMM cblas_sgemm
 #define GEMV cblas_sgemv
+/* the forward's product on our own AVX2 kernel where OpenBLAS's would not be batch invariant */
+#define LINEAR_FORWARD_OWN mha_linear_forward_post_f32_own
 #define R_EXP(x) mha_expf(x)
 #define R_LOG(x) logf(x)
 #define R_SQRT(x) sqrtf(x)
@@ -66,10 +68,4 @@ int mha_rows_fast(void) {
 #define MHA_LAYERS_ATTENTION_ONLY
 #include "kernels/cpu/layers_impl.h"
 
-/* OpenBLAS's own: the name of the kernel family it picked for this CPU (DYNAMIC_ARCH) */
-char *openblas_get_corename(void);
-
-int mha_f32_rows_batch_invariant(void) {
-    const char *core = openblas_get_corename();
-    return core && (strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0);
-}
+int mha_f32_rows_batch_invariant(void) { return mha_f32_gemm_fast() || mha_openblas_avx512_kernels(); }

@@ -6,6 +6,9 @@
  *   GEMM              cblas_sgemm or cblas_dgemm
  *   GEMV              cblas_sgemv or cblas_dgemv (MHA_LAYERS_ATTENTION_ONLY: not needed)
  *   ATT_GEMM          (optional, default GEMM) the attention's products, e.g. mha_sgemm_bf16
+ *   LINEAR_FORWARD_OWN (optional) a function with linear_forward_post's arguments that
+ *                     returns 1 when it did the whole op on a product of its own, 0 to leave
+ *                     it to GEMM (layers_f32.c: linear_f32.c on AVX2 CPUs)
  *   MHA_LAYERS_ATTENTION_ONLY  (optional) instantiate the attention ops alone
  *   MHA_ATT_BQ        (optional, default 64) query rows per block of the fused attention
  *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
@@ -97,8 +100,10 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
  *    Weights that would need more (OC <= 12 and OC x IC <= ~10^4: a classifier head) are
  *    multiplied row by row with GEMV, every row the same call whatever the batch.
  *  - Its AVX2 kernels (Haswell, Zen) give a row other bits at another position in a 12-row
- *    tile; there only the thread count is kept out: row blocks start at multiples of
- *    MHA_LINEAR_ALIGN rows, so a row keeps its position in the tiles on any thread count. */
+ *    tile. On those CPUs the float forward runs on our own product instead (LINEAR_FORWARD_OWN:
+ *    linear_f32.c, gemm_f32.c), the same FMA chain for every row. Here, without it, only the
+ *    thread count is kept out: row blocks start at multiples of MHA_LINEAR_ALIGN rows, so a
+ *    row keeps its position in the tiles on any thread count. */
 static int FN(linear_min_rows)(int IC, int OC) {
     if (IC < 32) return 1;
     const long by_count = 1200 / OC + 1;                                      /* OC x rows > 1200 */
@@ -136,6 +141,9 @@ void FN(linear_forward_post)(REAL *out, REAL *pre, const REAL *inp, const REAL *
     /* y = inp (N, IC) @ w (OC, IC)^T + bias (OC), kept in pre (N, OC) when asked;
      * out (N, OC) = dropout(act(y)) + residual (N, OC) */
     if (N <= 0 || OC <= 0) return;
+#ifdef LINEAR_FORWARD_OWN
+    if (LINEAR_FORWARD_OWN(out, pre, inp, w, bias, N, IC, OC, act, p_drop, seed, residual)) return;
+#endif
     if (IC <= 0) {
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias ? bias[o] : 0;

@@ -93,8 +93,9 @@ expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the 
   && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --batch-tokens 100 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
 # A line's output does not depend on the lines batched with it: byte for byte the same with
 # any --batch-size, --batch-tokens or --threads, and alone, in fp32, bf16 and int8. fp32 (and
-# a precision that falls back to it, with a note) only with OpenBLAS's AVX-512 kernels, the
-# ones its verbose start-up line names SkylakeX or Cooperlake (see layers_impl.h). The tiny
+# a precision that falls back to it, with a note) where the linear forward runs on our own
+# AVX2 product (an x86-64 CPU with AVX2 and FMA, kernels/cpu/gemm_f32.h) or on OpenBLAS's
+# AVX-512 kernels, the ones its verbose start-up line names SkylakeX or Cooperlake. The tiny
 # model's products are all small (the padded path); a second model with d_model 64 and d_ff
 # 128 has larger ones.
 # Everywhere: batching never changes a label (the sums' order at most moves a probability in
@@ -104,8 +105,10 @@ for bt in 0 1 37; do
   cmp -s <(cut -f1 "$TMP/pbt") <(cut -f1 "$TMP/p1") || fail "--batch-tokens $bt changed labels"
 done
 core=$(OPENBLAS_VERBOSE=2 "$PREDICT" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1)
-case "$core" in SkylakeX|Cooperlake) fp32_invariant=1 ;; *) fp32_invariant=0
-  echo "fp32 batch invariance not checked: OpenBLAS kernels '${core:-unknown}'" ;; esac
+avx2_fma=0
+[ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && avx2_fma=1
+case "$core" in SkylakeX|Cooperlake) fp32_invariant=1 ;; *) fp32_invariant=$avx2_fma ;; esac
+echo "fp32 batch invariance checked: $([ "$fp32_invariant" = 1 ] && echo yes || echo no) (OpenBLAS kernels '${core:-unknown}', AVX2 and FMA: $avx2_fma)"
 sed 's/"d_model": 32, "n_heads": 2, "d_ff": 64/"d_model": 64, "n_heads": 2, "d_ff": 128/' "$TMP/c.json" \
   | sed "s|\"dir\": \"$TMP/m\"|\"dir\": \"$TMP/m64\"|" >"$TMP/c64.json"
 grep -q '"d_model": 64' "$TMP/c64.json" && grep -q "$TMP/m64" "$TMP/c64.json" || fail "could not derive the d_model 64 config"

@@ -7,13 +7,16 @@
  * rows, exact dropout masks, embed_backward bitwise identical with 1 and 2 threads, AdamW
  * against a hand-computed step, the vectorised expf against exp, the fused
  * linear_forward_post of the fp32, bf16 and int8 tables bit for bit against their separate ops,
- * and their linear forward's rows the same bits alone as in any batch. */
+ * and their linear forward's rows the same bits alone as in any batch. The fp32 linear tests
+ * run twice where the CPU has AVX2 and FMA: on OpenBLAS and on our own product (gemm_f32.c),
+ * whose every element is also checked bit for bit against a scalar chain of fmaf. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
@@ -23,6 +26,7 @@
 
 static const Backend *be;
 static uint64_t fill_counter = 0;
+static const char *fp32_path = "";   /* the fp32 linear forward's product, in check names */
 
 
 /* ---- buffers: every float buffer has a double twin holding the same values ---- */
@@ -70,7 +74,9 @@ static void test_linear(int with_bias, int accumulate) {
     mha_linear_forward_f64(out_d, inp_d, w_d, with_bias ? bias_d : NULL, N, IC, OC);
     be->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC, accumulate);
     mha_linear_backward_f64(dinp_d, dw_d, db_d, dout_d, inp_d, w_d, N, IC, OC, accumulate);
-    test_result(with_bias ? "linear forward (bias)" : "linear forward (no bias)", rel_err_f_d(out, out_d, no), TOL);
+    char what[96];
+    snprintf(what, sizeof what, "linear forward (%s, %s)", with_bias ? "bias" : "no bias", fp32_path);
+    test_result(what, rel_err_f_d(out, out_d, no), TOL);
     if (!accumulate) {
         test_result("linear backward dinp overwritten (was NaN)", rel_err_f_d(dinp, dinp_d, ni), TOL);
         test_result("linear backward dw += (dinp overwritten)", rel_err_f_d(dw, dw_d, nw), TOL);
@@ -623,6 +629,65 @@ static void test_memory_and_expf(void) {
     test_expect("mha_expf(-100) == 0, mha_expf(0) == 1", mha_expf(-100.0f) == 0.0f && mha_expf(0.0f) == 1.0f);
 }
 
+/* Our fp32 product (gemm_f32.c), every element bit for bit the scalar chain it promises:
+ * fmaf over k in order from 0, then + bias. Shapes on both sides of its micro-tile (6 rows x
+ * 16 columns) and depth block (256), rows and outputs with a stride wider than the matrix
+ * (the cells between are never written), y poisoned with NaN first; M = 0 and OC = 0 leave y
+ * alone, IC = 0 gives the bias. */
+static void test_gemm_f32(void) {
+    if (!mha_f32_gemm_cpu_supported()) {
+        printf("gemm_f32: skipped (this CPU has no AVX2 and FMA)\n");
+        return;
+    }
+    const int Ms[] = {1, 2, 5, 6, 7, 13, 97}, OCs[] = {1, 7, 15, 16, 17, 33, 40}, ICs[] = {1, 3, 255, 256, 257, 600};
+    const int GAP = 3;   /* extra floats per row of x and y */
+    int bad = 0, outside = 0, cases = 0;
+    for (size_t ki = 0; ki < sizeof ICs / sizeof ICs[0]; ki++)
+        for (size_t oi = 0; oi < sizeof OCs / sizeof OCs[0]; oi++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int M = Ms[mi], OC = OCs[oi], IC = ICs[ki];
+                const size_t ldx = (size_t)IC + GAP, ldy = (size_t)OC + GAP;
+                float *x = malloc((size_t)M * ldx * sizeof *x), *w = malloc((size_t)OC * IC * sizeof *w);
+                float *b = malloc((size_t)OC * sizeof *b), *y = malloc((size_t)M * ldy * sizeof *y);
+                float *wp = mha_cpu_aligned_alloc(mha_f32_packed_w_elems(OC, IC) * sizeof(float));
+                for (size_t i = 0; i < (size_t)M * ldx; i++) x[i] = (float)(2 * mha_rng_uniform(98, i) - 1);
+                for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = (float)(2 * mha_rng_uniform(99, i) - 1);
+                for (int i = 0; i < OC; i++) b[i] = (float)(2 * mha_rng_uniform(100, (uint64_t)i) - 1);
+                mha_f32_pack_w(wp, w, OC, IC, 0, mha_f32_panels(OC));
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    for (size_t i = 0; i < (size_t)M * ldy; i++) y[i] = NAN;
+                    mha_f32_gemm_nt(M, OC, IC, x, ldx, wp, with_bias ? b : NULL, y, ldy);
+                    for (int r = 0; r < M; r++) {
+                        for (int c = 0; c < OC; c++) {
+                            float acc = 0.0f;
+                            for (int k = 0; k < IC; k++) acc = fmaf(x[(size_t)r * ldx + k], w[(size_t)c * IC + k], acc);
+                            if (with_bias) acc += b[c];
+                            bad += memcmp(&acc, &y[(size_t)r * ldy + c], sizeof acc) != 0;
+                        }
+                        for (int c = OC; c < OC + GAP; c++) outside += !isnan(y[(size_t)r * ldy + c]);
+                    }
+                    cases++;
+                }
+                free(x), free(w), free(b), free(y), free(wp);
+            }
+    char what[128];
+    snprintf(what, sizeof what, "gemm_f32: every element = fmaf chain over k, + bias (%d products, %d differ)",
+             cases, bad);
+    test_expect(what, bad == 0);
+    test_expect("gemm_f32: nothing written between rows (ldy > OC)", outside == 0);
+    float y[6] = {NAN, NAN, NAN, NAN, NAN, NAN}, x[2] = {1, 2}, b[3] = {1, 2, 3};
+    float *wp = mha_cpu_aligned_alloc(mha_f32_packed_w_elems(3, 2) * sizeof(float));
+    mha_f32_pack_w(wp, x, 1, 2, 0, 1);
+    mha_f32_gemm_nt(0, 3, 2, x, 2, wp, b, y, 3);
+    mha_f32_gemm_nt(2, 0, 2, x, 2, wp, b, y, 3);
+    int alone = 1;
+    for (int i = 0; i < 6; i++) alone &= isnan(y[i]) != 0;
+    mha_f32_gemm_nt(2, 3, 0, x, 0, wp, b, y, 3);
+    test_expect("gemm_f32: M = 0 / OC = 0 leave y alone, IC = 0 gives the bias",
+                alone && y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 1 && y[4] == 2 && y[5] == 3);
+    free(wp);
+}
+
 /* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
  * act_forward, dropout_forward, and add of the residual, for every act, with/without bias,
  * dropout and residual, and pre (the linear output) kept or not; every output cell written
@@ -679,7 +744,7 @@ static void test_linear_post(void) {
     /* 2 threads (not all cores): several row blocks even on a 1-core machine */
     const Backend *t[3] = {mha_cpu_backend(2), mha_cpu_backend_bf16(2, why, sizeof why),
                            mha_cpu_backend_int8(2, why, sizeof why)};
-    const char *names[3] = {"fp32", "bf16", "int8"};
+    const char *names[3] = {fp32_path, "bf16", "int8"};
     for (int i = 0; i < 3; i++) {
         if (t[i]) test_linear_post_table(t[i], names[i]);
         else printf("linear_forward_post %s: skipped (this CPU lacks its instructions)\n", names[i]);
@@ -689,9 +754,10 @@ static void test_linear_post(void) {
 
 /* Batch invariance of the linear forward (fp32, bf16, int8 tables; 1 and 2 threads): every
  * row of a product of N rows, at any offset into the input, is bit for bit the row computed
- * alone (N = 1), so a text gets the same output alone or in any batch. fp32 goes through
- * OpenBLAS, where this holds with its AVX-512 kernels only (mha_f32_rows_batch_invariant; the
- * check says so and skips elsewhere); bf16 and int8 run our own kernels. The shapes cover
+ * alone (N = 1), so a text gets the same output alone or in any batch. fp32 runs on our own
+ * product (gemm_f32.c) or on OpenBLAS, where this holds with its AVX-512 kernels only
+ * (mha_f32_rows_batch_invariant; the check says so and skips elsewhere); bf16 and int8 run our
+ * own kernels. (Forced onto OpenBLAS's Zen kernels, 9,360 of 128->384's rows differ.) The shapes cover
  * classifier heads (OpenBLAS's small-matrix kernel would take them unpadded), the model's
  * layers, and N on both sides of the padding's row count and of the 96-row thread blocks. */
 static void test_linear_rows_alone_table(const Backend *t, const char *name, int threads) {
@@ -742,12 +808,12 @@ static void test_linear_rows_alone(void) {
     for (int threads = 1; threads <= 2; threads++) {
         const Backend *t[3] = {mha_cpu_backend(threads), mha_cpu_backend_bf16(threads, why, sizeof why),
                                mha_cpu_backend_int8(threads, why, sizeof why)};
-        const char *names[3] = {"fp32", "bf16", "int8"};
+        const char *names[3] = {fp32_path, "bf16", "int8"};
         for (int i = 0; i < 3; i++) {
             if (!t[i]) printf("linear rows alone %s: skipped (this CPU lacks its instructions)\n", names[i]);
             else if (i == 0 && !mha_f32_rows_batch_invariant())
-                printf("linear rows alone fp32: skipped (OpenBLAS's %s kernels are not known to give a row "
-                       "the same bits in any batch)\n", openblas_get_corename());
+                printf("linear rows alone %s: skipped (OpenBLAS's %s kernels are not known to give a row "
+                       "the same bits in any batch)\n", names[i], openblas_get_corename());
             else test_linear_rows_alone_table(t[i], names[i], threads);
         }
     }
@@ -809,12 +875,26 @@ static void test_rows_paths(void) {
 
 int main(void) {
     be = mha_cpu_backend(0);
-    test_linear_post();
-    test_linear_rows_alone();
+    test_expect("fp32 linear forward batch invariant on a CPU with AVX2 and FMA",
+                !mha_f32_gemm_cpu_supported() || mha_f32_rows_batch_invariant());
+    test_gemm_f32();
+    /* the fp32 linear tests on each product this CPU can run: OpenBLAS, then our own */
+    for (int own = 0; own < 2; own++) {
+        if (own && !mha_f32_gemm_cpu_supported()) {
+            printf("fp32 linear forward on gemm_f32.c: skipped (this CPU has no AVX2 and FMA)\n");
+            break;
+        }
+        mha_f32_gemm_force(own ? 1 : -1);
+        fp32_path = own ? "fp32 own" : "fp32 OpenBLAS";
+        test_linear_post();
+        test_linear_rows_alone();
+        test_linear(1, 1);
+        test_linear(0, 1);
+        test_linear(1, 0);
+    }
+    mha_f32_gemm_force(0);
+    fp32_path = mha_f32_gemm_fast() ? "fp32 own" : "fp32 OpenBLAS";
     test_memory_and_expf();
-    test_linear(1, 1);
-    test_linear(0, 1);
-    test_linear(1, 0);
     test_linear_empty();
     test_embedding();
     be = mha_cpu_backend(0);

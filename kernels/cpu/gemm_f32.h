@@ -1,0 +1,43 @@
+/* kernels/cpu/gemm_f32.h: an fp32 matrix product of our own for the linear layer's forward
+ * pass, on x86-64 CPUs with AVX2 and FMA (gemm_f32.c).
+ *
+ * Why not OpenBLAS there: its AVX2 kernels (Haswell, Zen) give a row of y = x @ w^T other
+ * bits at another position in their tiles, so a text's output would depend on the texts
+ * batched with it. Here every element of y is one chain of FMAs over k = 0 .. IC-1 in order,
+ * then + bias: the same operations for a row alone, at any position of any batch, on any
+ * thread. OpenBLAS's AVX-512 kernels (SkylakeX, Cooperlake) keep a row's bits with the
+ * padding rule of layers_impl.h and stay in use on those CPUs.
+ *
+ * Packed weights: for y (N, OC) = x (N, IC) @ w (OC, IC)^T + bias, w is packed in panels of
+ * MHA_F32_NR output channels: panel p holds, for each k in order, the MHA_F32_NR floats
+ * w[p * NR + j][k] (zeros past OC), so one panel is IC x NR floats. */
+#ifndef MHA_KERNELS_CPU_GEMM_F32_H
+#define MHA_KERNELS_CPU_GEMM_F32_H
+#include <stddef.h>
+
+#define MHA_F32_MR 6    /* rows of y per micro-tile */
+#define MHA_F32_NR 16   /* output channels per panel (two ymm vectors) */
+
+/* 1 when the fp32 linear forward runs on this kernel: the CPU has AVX2 and FMA and OpenBLAS
+ * did not pick its AVX-512 kernels (or mha_f32_gemm_force says so). */
+int mha_f32_gemm_fast(void);
+/* 1 when the CPU can run this kernel at all (AVX2 and FMA, x86-64). */
+int mha_f32_gemm_cpu_supported(void);
+/* 1 when OpenBLAS picked its AVX-512 kernels (SkylakeX, Cooperlake) for this CPU. */
+int mha_openblas_avx512_kernels(void);
+/* Tests: 1 runs this kernel wherever the CPU can, -1 never, 0 (the default) as above. */
+void mha_f32_gemm_force(int mode);
+
+/* Panels of packed w: ceil(OC / MHA_F32_NR). */
+static inline int mha_f32_panels(int OC) { return (OC + MHA_F32_NR - 1) / MHA_F32_NR; }
+/* Floats of packed w for (OC, IC). */
+size_t mha_f32_packed_w_elems(int OC, int IC);
+/* Packs panels [p0, p1) of w (OC, IC) into dst (64-byte aligned, mha_f32_packed_w_elems
+ * floats); threads may pack disjoint panel ranges at once. */
+void mha_f32_pack_w(float *dst, const float *w, int OC, int IC, int p0, int p1);
+/* y (M, OC) (row stride ldy) = x (M, IC) (row stride ldx) @ w^T + bias (OC, or NULL for
+ * none), w packed by mha_f32_pack_w. Single-threaded; needs mha_f32_gemm_cpu_supported(). */
+void mha_f32_gemm_nt(int M, int OC, int IC, const float *x, size_t ldx, const float *packed_w,
+                     const float *bias, float *y, size_t ldy);
+
+#endif

@@ -1,0 +1,48 @@
+/* kernels/cpu/linear_f32.c: the fp32 linear layer's forward pass on our own product
+ * (gemm_f32.c) where that kernel runs (mha_f32_gemm_fast: AVX2 + FMA CPUs whose OpenBLAS
+ * kernels are not the AVX-512 ones). layers_impl.h's mha_linear_forward_post_f32 calls it
+ * first and does the product through OpenBLAS when it declines.
+ *
+ * Threading as in linear_bf16.c: the weights are packed once per call, one panel per OpenMP
+ * task, into the calling thread's buffer; then the threads take row blocks dynamically. A
+ * row's bits do not depend on its block (gemm_f32.h), so blocks need no alignment beyond
+ * whole micro-tiles. */
+#include <omp.h>
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/layers_f32.h"
+
+/* The packed weights of the current product: one buffer per calling thread (several host
+ * threads may run linear layers at once: model/evaluate.c's workers), shared by the threads of
+ * its parallel regions through a local pointer. */
+static _Thread_local MhaBuffer tl_packed;
+
+int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, const float *w,
+                                    const float *bias, int N, int IC, int OC, int act, float p_drop,
+                                    uint64_t seed, const float *residual) {
+    /* y = inp (N, IC) @ w (OC, IC)^T + bias (OC), kept in pre (N, OC) when asked;
+     * out (N, OC) = dropout(act(y)) + residual (N, OC) */
+    if (!mha_f32_gemm_fast() || N <= 0 || OC <= 0 || IC <= 0) return 0;
+    const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    /* packed w: panels of 16 output channels, IC x 16 floats each (gemm_f32.h) */
+    float *wp = mha_buffer_get(&tl_packed, mha_f32_packed_w_elems(OC, IC) * sizeof(float),
+                               "the fp32 linear layer's packed weights");
+    const int np = mha_f32_panels(OC);
+#pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
+    for (int p = 0; p < np; p++) mha_f32_pack_w(wp, w, OC, IC, p, p + 1);
+    const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_F32_MR) : 1;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int blk = 0; blk < nb; blk++) {
+        int n0, n1;
+        mha_split_rows(N, blk, nb, MHA_F32_MR, &n0, &n1);
+        if (n1 <= n0) continue;
+        mha_f32_gemm_nt(n1 - n0, OC, IC, inp + (size_t)n0 * IC, (size_t)IC, wp, bias, out + (size_t)n0 * OC,
+                        (size_t)OC);
+        /* the block is still in cache */
+        const size_t first = (size_t)n0 * OC;
+        mha_linear_post_f32(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,
+                            (size_t)(n1 - n0) * OC, act, p_drop, seed, first);
+    }
+    return 1;
+}
