@@ -186,8 +186,9 @@ typedef struct Backend {
                                 uint64_t seed, const float *residual);
     /* A promise from the caller (inference): the bytes [p, p + bytes), the model's parameters,
      * do not change until the next call; p NULL ends it. The backend may then use what it
-     * derived from them earlier without checking them again (the int8 table: its quantized,
-     * packed weights). Called while no op runs. */
+     * derived from them earlier without checking them again (the CPU tables: the packed
+     * weights of the int8 product and of the fp32 one of our own, kernels/cpu/packed_cache.h).
+     * Called while no op runs. */
     void (*weights_fixed)(const void *p, size_t bytes);
     /* The kernel behind attention_*_fused for heads of size hs, in a few words for the
      * start-up line (CUDA: "tf32x3 tensor cores", "FFMA", "bf16 tensor cores", or "FFMA: the

@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/layers_int8.h"
+#include "kernels/cpu/packed_cache.h"
 #include <stdio.h>
 
 /* ---- memory: host memory, 64-byte aligned ---- */
@@ -134,6 +135,7 @@ static const Backend cpu_backend = {
     .linear_forward = mha_linear_forward_f32,
     .linear_backward = mha_linear_backward_f32,
     .linear_forward_post = mha_linear_forward_post_f32,
+    .weights_fixed = mha_weights_fixed,   /* the packed-weights cache of our own products */
     .embed_forward = mha_embed_forward_f32,
     .embed_backward = mha_embed_backward_f32,
     .layernorm_forward = mha_layernorm_forward_f32,
@@ -198,7 +200,6 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
     table.int8 = 1;
     table.linear_forward = mha_linear_forward_int8;
     table.linear_forward_post = mha_linear_forward_post_int8;
-    table.weights_fixed = mha_i8_weights_fixed;
     return &table;
 }
 

@@ -12,13 +12,4 @@ void mha_linear_forward_int8(float *out, const float *inp, const float *w, const
 void mha_linear_forward_post_int8(float *out, float *pre, const float *inp, const float *w,
                                   const float *bias, int N, int IC, int OC, int act, float p_drop,
                                   uint64_t seed, const float *residual);
-/* Backend.weights_fixed of the int8 table: while [p, p + bytes) is promised not to change,
- * a cached packing of weights inside it is used without comparing the weights again. */
-void mha_i8_weights_fixed(const void *p, size_t bytes);
-/* Tests: products (all threads) that took their packed weights from a thread's cache of
- * earlier calls (linear_int8.c). */
-unsigned long mha_i8_packed_cache_hits(void);
-/* Tests: empties the calling thread's cache. */
-void mha_i8_packed_cache_clear(void);
-
 #endif

@@ -4,18 +4,22 @@
  * first and does the product through OpenBLAS when it declines.
  *
  * Threading as in linear_bf16.c: the weights are packed once per call, one panel per OpenMP
- * task, into the calling thread's buffer; then the threads take row blocks dynamically. A
+ * task (or, while they are promised fixed, taken from the calling thread's cache of packed
+ * weights: packed_cache.h); then the threads take row blocks dynamically. A
  * row's bits do not depend on its block (gemm_f32.h), so blocks need no alignment beyond
  * whole micro-tiles. */
 #include <omp.h>
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/layers_f32.h"
+#include "kernels/cpu/packed_cache.h"
 
-/* The packed weights of the current product: one buffer per calling thread (several host
- * threads may run linear layers at once: model/evaluate.c's workers), shared by the threads of
- * its parallel regions through a local pointer. */
-static _Thread_local MhaBuffer tl_packed;
+/* Packs w (OC, IC) into dst, one panel per OpenMP task when par (an MhaPackWeights). */
+static void pack_weights(void *dst, const float *w, int OC, int IC, int par) {
+    const int np = mha_f32_panels(OC);
+#pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
+    for (int p = 0; p < np; p++) mha_f32_pack_w(dst, w, OC, IC, p, p + 1);
+}
 
 int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, const float *w,
                                     const float *bias, int N, int IC, int OC, int act, float p_drop,
@@ -26,11 +30,8 @@ int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, co
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
     /* packed w: panels of 16 output channels, IC x 16 floats each (gemm_f32.h) */
-    float *wp = mha_buffer_get(&tl_packed, mha_f32_packed_w_elems(OC, IC) * sizeof(float),
-                               "the fp32 linear layer's packed weights");
-    const int np = mha_f32_panels(OC);
-#pragma omp parallel for schedule(dynamic, 1) if (par && np > 1)
-    for (int p = 0; p < np; p++) mha_f32_pack_w(wp, w, OC, IC, p, p + 1);
+    const float *wp = mha_packed_weights(w, OC, IC, mha_f32_packed_w_elems(OC, IC) * sizeof(float), pack_weights,
+                                         par, 0);
     const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_F32_MR) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {

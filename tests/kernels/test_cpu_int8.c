@@ -73,6 +73,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/layers_int8.h"
+#include "kernels/cpu/packed_cache.h"
 #include "kernels/rng.h"
 #include "tests/test_util.h"
 
@@ -715,14 +716,14 @@ static void test_linear(int N, int IC, int OC) {
     free(inp), free(w), free(bias);
 }
 
-/* 3b. The calling thread's cache of packed weights (linear_int8.c): a product always equals
+/* 3b. The calling thread's cache of packed weights (packed_cache.c), as linear_int8.c uses it: a product always equals
  * pack_w + gemm on the weights as they are at the call: after the same buffer's bytes change
  * (one weight made its row's largest, so the row's scale changes) and under the same address
- * with another shape. And the cache is used (mha_i8_packed_cache_hits): the same weights twice
+ * with another shape. And the cache is used (mha_packed_cache_hits): the same weights twice
  * hit; 33 matrices used in turn (one more than the entries) hit 32 times a round, the entries
  * kept rather than each replaced before its next use; a new matrix takes over an entry once
  * that has gone unused for a while. Under a promise that the weights do not change
- * (mha_i8_weights_fixed), a change is not looked for (breaking the promise shows the packing
+ * (mha_weights_fixed), a change is not looked for (breaking the promise shows the packing
  * kept), and after the promise ends, or a new one starts over the same range, it is seen
  * again; weights outside the promised range are still compared. */
 static void test_linear_cache(void) {
@@ -735,17 +736,17 @@ static void test_linear_cache(void) {
     for (size_t i = 0; i < (size_t)N * IC; i++) inp[i] = gen();
     for (size_t i = 0; i < nw; i++) w[i] = 0.1f * gen();
     omp_set_num_threads(1);
-    mha_i8_packed_cache_clear();
+    mha_packed_cache_clear();
     /* ref (N, oc) = inp (N, ic) @ wt^T through pack_w + gemm */
 #define DIRECT(wt, ic, oc)                                                        \
     do {                                                                          \
         mha_i8_pack_w(packed, wt, ic, oc, ic, 0, mha_i8_panels(oc));              \
         mha_i8_gemm(N, oc, ic, inp, ic, packed, NULL, ref, oc, scratch);          \
     } while (0)
-    unsigned long h0 = mha_i8_packed_cache_hits();
+    unsigned long h0 = mha_packed_cache_hits();
     mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);   /* from the cache */
-    const unsigned long hits_same = mha_i8_packed_cache_hits() - h0;
+    const unsigned long hits_same = mha_packed_cache_hits() - h0;
     DIRECT(w, IC, OC);
     int ok_same = memcmp(out, ref, no * 4) == 0 && memcmp(before, ref, no * 4) == 0;
     w[5 * IC + 7] = 1.0f;                                     /* row 5's new largest */
@@ -756,56 +757,56 @@ static void test_linear_cache(void) {
     DIRECT(w, OC, IC > OC ? OC : IC);
     int ok_shape = memcmp(out, ref, (size_t)N * (IC > OC ? OC : IC) * 4) == 0;
     /* the promise: w fixed (one call checks it under the promise, the next trusts it) */
-    mha_i8_packed_cache_clear();
+    mha_packed_cache_clear();
     mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);      /* packed before the promise */
-    mha_i8_weights_fixed(w, nw * 4);
+    mha_weights_fixed(w, nw * 4);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* compared once, then trusted */
     w[2 * IC + 3] = 2.0f;                                          /* the promise broken */
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
     int ok_trusted = memcmp(out, before, no * 4) == 0;
-    mha_i8_weights_fixed(w + 1, (nw - 1) * 4);                     /* a range that misses w's start */
+    mha_weights_fixed(w + 1, (nw - 1) * 4);                     /* a range that misses w's start */
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
     DIRECT(w, IC, OC);
     int ok_outside = memcmp(out, ref, no * 4) == 0 && memcmp(out, before, no * 4) != 0;
-    mha_i8_weights_fixed(w, nw * 4);
+    mha_weights_fixed(w, nw * 4);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* checked under the new promise */
     w[2 * IC + 3] = -2.0f;
     mha_linear_forward_int8(before, inp, w, NULL, N, IC, OC);      /* trusted: the old packing */
-    mha_i8_weights_fixed(NULL, 0);                                 /* the promise ends */
+    mha_weights_fixed(NULL, 0);                                 /* the promise ends */
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
     DIRECT(w, IC, OC);
     ok_trusted &= memcmp(before, out, no * 4) != 0;
     int ok_ended = memcmp(out, ref, no * 4) == 0;
     /* a new promise over the same range is a new promise: what changed in between is seen */
-    mha_i8_weights_fixed(w, nw * 4);
+    mha_weights_fixed(w, nw * 4);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);         /* checked under it */
-    mha_i8_weights_fixed(NULL, 0);
+    mha_weights_fixed(NULL, 0);
     w[4 * IC + 1] = 3.0f;
-    mha_i8_weights_fixed(w, nw * 4);
+    mha_weights_fixed(w, nw * 4);
     mha_linear_forward_int8(out, inp, w, NULL, N, IC, OC);
     DIRECT(w, IC, OC);
     ok_ended &= memcmp(out, ref, no * 4) == 0;
-    mha_i8_weights_fixed(NULL, 0);
+    mha_weights_fixed(NULL, 0);
     /* MANY matrices in turn, three rounds, from an empty cache */
     float *many = test_malloc((size_t)(MANY + 1) * nw * 4);
     for (size_t i = 0; i < (size_t)(MANY + 1) * nw; i++) many[i] = 0.1f * gen();
-    mha_i8_packed_cache_clear();
+    mha_packed_cache_clear();
     int ok_many = 1;
     unsigned long round_hits[3];
     for (int round = 0; round < 3; round++) {
-        const unsigned long h = mha_i8_packed_cache_hits();
+        const unsigned long h = mha_packed_cache_hits();
         for (int k = 0; k < MANY; k++) {
             mha_linear_forward_int8(out, inp, many + (size_t)k * nw, NULL, N, IC, OC);
             DIRECT(many + (size_t)k * nw, IC, OC);
             ok_many &= memcmp(out, ref, no * 4) == 0;
         }
-        round_hits[round] = mha_i8_packed_cache_hits() - h;
+        round_hits[round] = mha_packed_cache_hits() - h;
     }
     /* then one new matrix, 80 times: an entry idle for long enough becomes its own */
     const float *fresh = many + (size_t)MANY * nw;
-    const unsigned long hf = mha_i8_packed_cache_hits();
+    const unsigned long hf = mha_packed_cache_hits();
     for (int k = 0; k < 80; k++) mha_linear_forward_int8(out, inp, fresh, NULL, N, IC, OC);
-    const unsigned long fresh_hits = mha_i8_packed_cache_hits() - hf;
+    const unsigned long fresh_hits = mha_packed_cache_hits() - hf;
     DIRECT(fresh, IC, OC);
     ok_many &= memcmp(out, ref, no * 4) == 0;
 #undef DIRECT
@@ -823,7 +824,7 @@ static void test_linear_cache(void) {
     test_expect(what, ok_many && round_hits[0] == 0 && round_hits[1] == 32 && round_hits[2] == 32);
     snprintf(what, sizeof what, "linear cache: a new matrix takes an idle entry (%lu hits of 80)", fresh_hits);
     test_expect(what, fresh_hits > 0 && fresh_hits < 80);
-    mha_i8_packed_cache_clear();
+    mha_packed_cache_clear();
     free(inp), free(w), free(out), free(before), free(ref), free(packed), free(scratch), free(many);
 }
 
@@ -853,7 +854,7 @@ static void test_backend(void) {
             test_expect("backend_int8: int8 = 1, linear_forward(_post) and weights_fixed = the int8 ones",
                    t->int8 == 1 && t->linear_forward == mha_linear_forward_int8 &&
                        t->linear_forward_post == mha_linear_forward_post_int8 &&
-                       t->weights_fixed == mha_i8_weights_fixed);
+                       t->weights_fixed == mha_weights_fixed);
             char why2[160];
             const Backend *bf = mha_cpu_backend_bf16(2, why2, sizeof why2);
             const Backend *base = bf ? bf : mha_cpu_backend(2);

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/packed_cache.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
@@ -688,6 +689,59 @@ static void test_gemm_f32(void) {
     free(wp);
 }
 
+/* The fp32 product's packed weights (linear_f32.c through packed_cache.c): kept only while
+ * the weights are promised fixed (mha-predict), never for weights in training. Without a
+ * promise no call hits the cache and a change of the weights shows at once; under one, the
+ * second call hits, with the bits of the first; a broken promise keeps the packing (it is
+ * trusted, not checked); after the promise ends, or a new one starts, the weights as they are
+ * count again. */
+static void test_linear_f32_cache(void) {
+    if (!mha_f32_gemm_cpu_supported()) {
+        printf("fp32 packed-weights cache: skipped (this CPU has no AVX2 and FMA)\n");
+        return;
+    }
+    mha_f32_gemm_force(1);
+    const Backend *t = mha_cpu_backend(1);
+    enum { N = 9, IC = 40, OC = 24 };
+    const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
+    float *x = malloc((size_t)N * IC * sizeof *x), *w = malloc(nw * sizeof *w);
+    float *a = malloc(no * sizeof *a), *b = malloc(no * sizeof *b), *ref = malloc(no * sizeof *ref);
+    for (size_t i = 0; i < (size_t)N * IC; i++) x[i] = (float)(2 * mha_rng_uniform(101, i) - 1);
+    for (size_t i = 0; i < nw; i++) w[i] = (float)(2 * mha_rng_uniform(102, i) - 1);
+    mha_packed_cache_clear();
+    unsigned long h = mha_packed_cache_hits();
+    t->linear_forward(ref, x, w, NULL, N, IC, OC);
+    t->linear_forward(a, x, w, NULL, N, IC, OC);
+    w[3] += 1.0f;
+    t->linear_forward(b, x, w, NULL, N, IC, OC);                /* a step of training */
+    const int unpromised = mha_packed_cache_hits() == h && memcmp(a, ref, no * 4) == 0 && memcmp(b, ref, no * 4) != 0;
+    w[3] -= 1.0f;
+    t->weights_fixed(w, nw * sizeof *w);
+    h = mha_packed_cache_hits();
+    t->linear_forward(a, x, w, NULL, N, IC, OC);                /* packed and kept */
+    t->linear_forward(b, x, w, NULL, N, IC, OC);                /* from the cache */
+    const int hit = mha_packed_cache_hits() == h + 1 && memcmp(a, ref, no * 4) == 0 && memcmp(b, ref, no * 4) == 0;
+    w[3] += 1.0f;                                                /* the promise broken */
+    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    const int trusted = memcmp(b, ref, no * 4) == 0;
+    t->weights_fixed(NULL, 0);                                   /* the promise ends */
+    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    int fresh = memcmp(b, ref, no * 4) != 0;
+    memcpy(a, b, no * 4);
+    w[3] -= 1.0f;
+    t->weights_fixed(w, nw * sizeof *w);                         /* a new promise, new weights */
+    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    fresh &= memcmp(b, ref, no * 4) == 0 && memcmp(b, a, no * 4) != 0;
+    t->weights_fixed(NULL, 0);
+    test_expect("fp32 cache: without a promise, no hit and a changed weight shows at once", unpromised);
+    test_expect("fp32 cache: under a promise, the second call hits, same bits", hit);
+    test_expect("fp32 cache: a broken promise keeps the packing (trusted, not checked)", trusted);
+    test_expect("fp32 cache: after the promise ends, or a new one starts, the weights as they are", fresh);
+    mha_packed_cache_clear();
+    mha_f32_gemm_force(0);
+    free(x), free(w), free(a), free(b), free(ref);
+}
+
 /* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
  * act_forward, dropout_forward, and add of the residual, for every act, with/without bias,
  * dropout and residual, and pre (the linear output) kept or not; every output cell written
@@ -878,6 +932,7 @@ int main(void) {
     test_expect("fp32 linear forward batch invariant on a CPU with AVX2 and FMA",
                 !mha_f32_gemm_cpu_supported() || mha_f32_rows_batch_invariant());
     test_gemm_f32();
+    test_linear_f32_cache();
     /* the fp32 linear tests on each product this CPU can run: OpenBLAS, then our own */
     for (int own = 0; own < 2; own++) {
         if (own && !mha_f32_gemm_cpu_supported()) {
