@@ -4,14 +4,16 @@
  * (gemm_bf16.c). Weights, activations and gradients stay fp32 in memory.
  *
  * Threading follows the fp32 layer (layers_impl.h): the matrix that every row block
- * multiplies (the weights, or the layer input for dw) is packed once, over all threads;
- * then the OpenMP threads take row blocks dynamically, each packing its own rows. */
+ * multiplies (the weights, or the layer input for dw) is packed once, over all threads (the
+ * forward's weights, while promised fixed, once for all calls: packed_cache.h); then the
+ * OpenMP threads take row blocks dynamically, each packing its own rows. */
 #include <stdio.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_bf16.h"
+#include "kernels/cpu/packed_cache.h"
 
 /* ---- workspaces: grown on demand, kept for the process (a step allocates nothing) ---- */
 
@@ -42,6 +44,11 @@ static void pack_parallel(uint16_t *dst, const float *b, int ldb, int trans_b, i
     for (int p = 0; p < np; p++) mha_bf16_pack_b(dst, b, ldb, trans_b, K, N, p, p + 1);
 }
 
+/* The forward's packing of w (OC, IC) as B = w^T (IC, OC), an MhaPackWeights. */
+static void pack_weights(void *dst, const float *w, int OC, int IC, int par) {
+    pack_parallel(dst, w, IC, 1, IC, OC, par);
+}
+
 void mha_linear_forward_post_bf16(float *out, float *pre, const float *inp, const float *w,
                                   const float *bias, int N, int IC, int OC, int act, float p_drop,
                                   uint64_t seed, const float *residual) {
@@ -53,9 +60,9 @@ void mha_linear_forward_post_bf16(float *out, float *pre, const float *inp, cons
     }
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nt = par ? omp_get_max_threads() : 1;
-    /* B (IC, OC): B(k, n) = w[n * IC + k] */
-    uint16_t *wp = buffer_get(&tl_packed_b[0], mha_bf16_packed_b_elems(IC, OC));
-    pack_parallel(wp, w, IC, 1, IC, OC, par);
+    /* B (IC, OC): B(k, n) = w[n * IC + k]; kept while the weights are promised fixed */
+    const uint16_t *wp = mha_packed_weights(w, OC, IC, mha_bf16_packed_b_elems(IC, OC) * sizeof(uint16_t),
+                                            pack_weights, par, 0);
     const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_BF16_MR) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {

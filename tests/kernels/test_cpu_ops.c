@@ -18,6 +18,8 @@
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/packed_cache.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/layers_bf16.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
@@ -689,18 +691,15 @@ static void test_gemm_f32(void) {
     free(wp);
 }
 
-/* The fp32 product's packed weights (linear_f32.c through packed_cache.c): kept only while
- * the weights are promised fixed (mha-predict), never for weights in training. Without a
+/* The packed weights of the fp32 product of our own and of the bf16 one (linear_f32.c,
+ * linear_bf16.c, through packed_cache.c): kept only while the weights are promised fixed
+ * (mha-predict), never for weights in training. Without a
  * promise no call hits the cache and a change of the weights shows at once; under one, the
  * second call hits, with the bits of the first; a broken promise keeps the packing (it is
  * trusted, not checked); after the promise ends, or a new one starts, the weights as they are
  * count again. */
-static void test_linear_f32_cache(void) {
-    if (!mha_f32_gemm_cpu_supported()) {
-        printf("fp32 packed-weights cache: skipped (this CPU has no AVX2 and FMA)\n");
-        return;
-    }
-    mha_f32_gemm_force(1);
+typedef void (*LinearForward)(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
+static void test_linear_cache_of(LinearForward forward, const char *name) {
     const Backend *t = mha_cpu_backend(1);
     enum { N = 9, IC = 40, OC = 24 };
     const size_t nw = (size_t)OC * IC, no = (size_t)N * OC;
@@ -710,36 +709,51 @@ static void test_linear_f32_cache(void) {
     for (size_t i = 0; i < nw; i++) w[i] = (float)(2 * mha_rng_uniform(102, i) - 1);
     mha_packed_cache_clear();
     unsigned long h = mha_packed_cache_hits();
-    t->linear_forward(ref, x, w, NULL, N, IC, OC);
-    t->linear_forward(a, x, w, NULL, N, IC, OC);
+    forward(ref, x, w, NULL, N, IC, OC);
+    forward(a, x, w, NULL, N, IC, OC);
     w[3] += 1.0f;
-    t->linear_forward(b, x, w, NULL, N, IC, OC);                /* a step of training */
+    forward(b, x, w, NULL, N, IC, OC);                /* a step of training */
     const int unpromised = mha_packed_cache_hits() == h && memcmp(a, ref, no * 4) == 0 && memcmp(b, ref, no * 4) != 0;
     w[3] -= 1.0f;
     t->weights_fixed(w, nw * sizeof *w);
     h = mha_packed_cache_hits();
-    t->linear_forward(a, x, w, NULL, N, IC, OC);                /* packed and kept */
-    t->linear_forward(b, x, w, NULL, N, IC, OC);                /* from the cache */
+    forward(a, x, w, NULL, N, IC, OC);                /* packed and kept */
+    forward(b, x, w, NULL, N, IC, OC);                /* from the cache */
     const int hit = mha_packed_cache_hits() == h + 1 && memcmp(a, ref, no * 4) == 0 && memcmp(b, ref, no * 4) == 0;
     w[3] += 1.0f;                                                /* the promise broken */
-    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    forward(b, x, w, NULL, N, IC, OC);
     const int trusted = memcmp(b, ref, no * 4) == 0;
     t->weights_fixed(NULL, 0);                                   /* the promise ends */
-    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    forward(b, x, w, NULL, N, IC, OC);
     int fresh = memcmp(b, ref, no * 4) != 0;
     memcpy(a, b, no * 4);
     w[3] -= 1.0f;
     t->weights_fixed(w, nw * sizeof *w);                         /* a new promise, new weights */
-    t->linear_forward(b, x, w, NULL, N, IC, OC);
+    forward(b, x, w, NULL, N, IC, OC);
     fresh &= memcmp(b, ref, no * 4) == 0 && memcmp(b, a, no * 4) != 0;
     t->weights_fixed(NULL, 0);
-    test_expect("fp32 cache: without a promise, no hit and a changed weight shows at once", unpromised);
-    test_expect("fp32 cache: under a promise, the second call hits, same bits", hit);
-    test_expect("fp32 cache: a broken promise keeps the packing (trusted, not checked)", trusted);
-    test_expect("fp32 cache: after the promise ends, or a new one starts, the weights as they are", fresh);
+    char what[128];
+    snprintf(what, sizeof what, "%s cache: without a promise, no hit and a changed weight shows at once", name);
+    test_expect(what, unpromised);
+    snprintf(what, sizeof what, "%s cache: under a promise, the second call hits, same bits", name);
+    test_expect(what, hit);
+    snprintf(what, sizeof what, "%s cache: a broken promise keeps the packing (trusted, not checked)", name);
+    test_expect(what, trusted);
+    snprintf(what, sizeof what, "%s cache: after the promise ends, or a new one starts, the weights as they are", name);
+    test_expect(what, fresh);
     mha_packed_cache_clear();
-    mha_f32_gemm_force(0);
     free(x), free(w), free(a), free(b), free(ref);
+}
+
+static void test_linear_caches(void) {
+    test_linear_cache_of(mha_linear_forward_bf16, mha_bf16_fast() ? "bf16" : "bf16 (portable)");
+    if (!mha_f32_gemm_cpu_supported()) {
+        printf("fp32 packed-weights cache: skipped (this CPU has no AVX2 and FMA)\n");
+        return;
+    }
+    mha_f32_gemm_force(1);
+    test_linear_cache_of(mha_linear_forward_f32, "fp32 own");
+    mha_f32_gemm_force(0);
 }
 
 /* linear_forward_post of a table (fp32, bf16, int8) is bit for bit linear_forward, then
@@ -932,7 +946,7 @@ int main(void) {
     test_expect("fp32 linear forward batch invariant on a CPU with AVX2 and FMA",
                 !mha_f32_gemm_cpu_supported() || mha_f32_rows_batch_invariant());
     test_gemm_f32();
-    test_linear_f32_cache();
+    test_linear_caches();
     /* the fp32 linear tests on each product this CPU can run: OpenBLAS, then our own */
     for (int own = 0; own < 2; own++) {
         if (own && !mha_f32_gemm_cpu_supported()) {
