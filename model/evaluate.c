@@ -29,7 +29,8 @@ void evaluate_set_workers(int n) { max_workers = n > 0 ? n : 0; }
  * memory. Measured with mha-predict on 2 cores (d_model 128, d_ff 512), in a build that read
  * the size from the environment: 1 MiB was the fastest of 0.5, 1, 2 and 4 MiB, 12-25% faster
  * than batches of 64 texts. At least CPU_BATCH_MIN_TOKENS, so that wide models still batch
- * several texts (the bf16 linear layer packs its weights at every call). */
+ * several texts (the linear layers of our own pack their weights at every call, except
+ * under mha-predict's promise that they stay fixed: kernels/cpu/packed_cache.h). */
 enum { CPU_BATCH_ACTIVATION_BYTES = 1 << 20, CPU_BATCH_MIN_TOKENS = 256 };
 
 static long max_tokens;          /* evaluate_set_max_tokens; 0: batches of batch_size */
