@@ -9,7 +9,7 @@
  * an element's value is always fma(x[r][IC-1], w[c][IC-1], ... fma(x[r][0], w[c][0], 0)) +
  * bias[c], whatever M, the row's place and the caller's row blocks. */
 #include <stdatomic.h>
-#include <string.h>
+#include <stdlib.h>
 #include <strings.h>
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -95,7 +95,9 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
                                                                     size_t ldx, const float *b, float *y,
                                                                     size_t ldy, int ncols, int first,
                                                                     const float *bias) {
-    const int full = ncols == MHA_F32_NR;
+    /* a partial panel touches its upper 8 columns only when it has some (no pointer past y's
+     * or the bias's end is formed, even for a masked access) */
+    const int full = ncols == MHA_F32_NR, upper = ncols > 8;
     const __m256i mlo = lanes_below(ncols), mhi = lanes_below(ncols - 8);
 #define ACC_DECLARE(r) __m256 lo##r = _mm256_setzero_ps(), hi##r = _mm256_setzero_ps();
     ROW_EACH(ACC_DECLARE)
@@ -106,7 +108,7 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
             hi##r = _mm256_loadu_ps(y + r * ldy + 8);                \
         } else {                                                     \
             lo##r = _mm256_maskload_ps(y + r * ldy, mlo);            \
-            hi##r = _mm256_maskload_ps(y + r * ldy + 8, mhi);        \
+            if (upper) hi##r = _mm256_maskload_ps(y + r * ldy + 8, mhi); \
         }                                                            \
     }
     ROW_EACH(ACC_LOAD)
@@ -123,7 +125,8 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
     }
     if (bias) {
         const __m256 blo = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, mlo);
-        const __m256 bhi = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, mhi);
+        const __m256 bhi = full ? _mm256_loadu_ps(bias + 8)
+                                : upper ? _mm256_maskload_ps(bias + 8, mhi) : _mm256_setzero_ps();
 #define ACC_BIAS(r)                                                  \
         if (R > r) {                                                 \
             lo##r = _mm256_add_ps(lo##r, blo);                       \
@@ -138,7 +141,7 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
             _mm256_storeu_ps(y + r * ldy + 8, hi##r);                \
         } else {                                                     \
             _mm256_maskstore_ps(y + r * ldy, mlo, lo##r);            \
-            _mm256_maskstore_ps(y + r * ldy + 8, mhi, hi##r);        \
+            if (upper) _mm256_maskstore_ps(y + r * ldy + 8, mhi, hi##r); \
         }                                                            \
     }
     ROW_EACH(ACC_STORE)
@@ -183,7 +186,8 @@ void mha_f32_gemm_nt(int M, int OC, int IC, const float *x, size_t ldx, const fl
                           y + (size_t)r0 * ldy + c0, ldy, ncols, first, last && bias ? bias + c0 : NULL);
         }
     }
-#else
+#else   /* unreachable: mha_f32_gemm_cpu_supported() is 0 off x86-64 */
     (void)M, (void)OC, (void)IC, (void)x, (void)ldx, (void)packed_w, (void)bias, (void)y, (void)ldy;
+    abort();
 #endif
 }

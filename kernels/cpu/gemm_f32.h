@@ -36,7 +36,8 @@ size_t mha_f32_packed_w_elems(int OC, int IC);
  * floats); threads may pack disjoint panel ranges at once. */
 void mha_f32_pack_w(float *dst, const float *w, int OC, int IC, int p0, int p1);
 /* y (M, OC) (row stride ldy) = x (M, IC) (row stride ldx) @ w^T + bias (OC, or NULL for
- * none), w packed by mha_f32_pack_w. Single-threaded; needs mha_f32_gemm_cpu_supported(). */
+ * none), w packed by mha_f32_pack_w into a buffer aligned to 32 bytes at least (its panels
+ * are read with aligned loads). Single-threaded; needs mha_f32_gemm_cpu_supported(). */
 void mha_f32_gemm_nt(int M, int OC, int IC, const float *x, size_t ldx, const float *packed_w,
                      const float *bias, float *y, size_t ldy);
 
