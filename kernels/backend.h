@@ -187,7 +187,7 @@ typedef struct Backend {
     /* A promise from the caller (inference): the bytes [p, p + bytes), the model's parameters,
      * do not change until the next call; p NULL ends it. The backend may then use what it
      * derived from them earlier without checking them again (the CPU tables: the packed
-     * weights of the int8 product and of the fp32 one of our own, kernels/cpu/packed_cache.h).
+     * weights of their int8, fp32 and bf16 products of our own, kernels/cpu/packed_cache.h).
      * Called while no op runs. */
     void (*weights_fixed)(const void *p, size_t bytes);
     /* The kernel behind attention_*_fused for heads of size hs, in a few words for the

@@ -1,23 +1,26 @@
-/* kernels/cpu/packed_cache.c: the calling thread's cache of packed weights (see
- * packed_cache.h for what it serves and its two kinds of entries).
+/* kernels/cpu/packed_cache.c: caches of packed weights (see packed_cache.h for what they
+ * serve).
  *
- * Compared entries (compare = 1, int8) are used only while the weights are the very bytes
- * they were packed from: an entry keeps a copy, compared at each call (exact, whoever changed
- * the weights and however; the comparison reads the weights once more, the packing did more
- * work than that), and packs from that copy, so that a write racing with the call cannot
- * leave a packing that differs from the saved bytes.
+ * Promised weights (mha_weights_fixed: mha-predict's parameters) are packed once for the whole
+ * process: one store, shared by every thread (each prediction worker would otherwise hold its
+ * own packing of the whole model), filled under a lock on first use and emptied when a new
+ * promise is made or the promise ends, which happens while no product runs. An entry there is
+ * used without looking at the weights again (trusted; 4% of an int8 mha-predict run was the
+ * comparison below).
  *
- * While the weights lie in a range the caller promised not to change (mha_weights_fixed,
- * Backend.weights_fixed: mha-predict's parameters), an entry checked or packed under that
- * promise is used without the comparison (4% of an int8 mha-predict run with it). Promised
- * entries (compare = 0, fp32) exist only under a promise and keep no copy.
+ * Other weights: compared entries (compare = 1, int8) sit in a cache of the calling thread and
+ * are used only while the weights are the very bytes they were packed from: an entry keeps a
+ * copy, compared at each call (exact, whoever changed the weights and however; the comparison
+ * reads the weights once more, the packing did more work than that), and packs from that copy,
+ * so that a write racing with the call cannot leave a packing that differs from the saved
+ * bytes. Without compare (fp32, bf16: weights in training) nothing is kept.
  *
- * Entries are keyed by the weights' address, shape and packing. A new matrix takes an empty
- * entry, or one not used in the last PACKED_CACHE_IDLE calls; else it is packed without being
- * kept: a model with more matrices than entries, used in turn, keeps hits on the entries it
- * has instead of replacing each before its next use. Each thread holds at most
- * PACKED_CACHE_MAX_BYTES (copies and packings; every prediction worker has its own), freed
- * when the thread exits. */
+ * Entries are keyed by the weights' address, shape and packing. In a thread's cache a new
+ * matrix takes an empty entry, or one not used in the last PACKED_CACHE_IDLE calls; else it is
+ * packed without being kept: a model with more matrices than entries, used in turn, keeps hits
+ * on the entries it has instead of replacing each before its next use. Each thread holds at
+ * most PACKED_CACHE_MAX_BYTES (copies and packings), freed when the thread exits; the shared
+ * store holds at most that much too (beyond it, a matrix is packed at every call). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,36 +33,39 @@ typedef struct {
     const float *w;   /* the key: the caller's weights (OC, IC), contiguous ... */
     int OC, IC;
     MhaPackWeights pack;   /* ... and the packing */
-    float *copy;      /* (OC, IC): the bytes they held when packed (compared entries only) */
+    float *copy;      /* (OC, IC): the bytes they held when packed (a thread's entries only) */
     void *packed;     /* the packing, 64-byte aligned */
     size_t bytes;     /* of copy and packed */
     unsigned long last_use;
-    unsigned long fixed_gen;   /* copy == w known (or packed) under promise number fixed_gen (0: none) */
 } PackedEntry;
 typedef struct {
     PackedEntry e[PACKED_CACHE_ENTRIES];
     size_t bytes;           /* held by all entries */
     unsigned long calls;    /* products asked of this cache */
+    MhaBuffer uncached;     /* the packed weights of a product not kept (a thread's cache only) */
 } PackedCache;
 static _Thread_local PackedCache tl_cache;
-static _Thread_local MhaBuffer tl_packed;   /* the packed weights of an uncached product */
+static PackedCache fixed_store;   /* the promised weights' packings, shared; under fixed_lock */
+static pthread_mutex_t fixed_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic unsigned long cache_hits;   /* mha_packed_cache_hits */
 
-/* The promised range [fixed_lo, fixed_hi), and the promise's number (each call starts a new
- * one); set while no product runs, read by every thread. */
+/* The promised range [fixed_lo, fixed_hi); set while no product runs, read by every thread. */
 static _Atomic(const char *) fixed_lo, fixed_hi;
-static _Atomic unsigned long fixed_gen;
+
+static void cache_free(void *cache);
 
 void mha_weights_fixed(const void *p, size_t bytes) {
+    pthread_mutex_lock(&fixed_lock);
+    cache_free(&fixed_store);   /* packed under the promise before: no product runs now */
     fixed_lo = p;
     fixed_hi = p ? (const char *)p + bytes : NULL;
-    fixed_gen++;
+    pthread_mutex_unlock(&fixed_lock);
 }
 
-/* The promise w (bytes) lies under, or 0 when none covers it. */
-static unsigned long fixed_promise(const float *w, size_t bytes) {
+/* 1 when w (bytes) lies in the promised range. */
+static int promised(const float *w, size_t bytes) {
     const char *lo = fixed_lo, *hi = fixed_hi, *a = (const char *)w;
-    return lo && a >= lo && a + bytes <= hi ? fixed_gen : 0;
+    return lo && a >= lo && a + bytes <= hi;
 }
 
 static pthread_key_t cache_key;   /* its destructor frees a thread's entries when it exits */
@@ -72,17 +78,75 @@ static void entry_free(PackedCache *c, PackedEntry *e) {
     memset(e, 0, sizeof *e);
 }
 
+/* Frees a cache's entries and its buffer (also a thread's cache when the thread exits). */
 static void cache_free(void *cache) {
     PackedCache *c = cache;
     for (int i = 0; i < PACKED_CACHE_ENTRIES; i++) entry_free(c, &c->e[i]);
+    free(c->uncached.p);
+    c->uncached.p = NULL, c->uncached.cap = 0;
 }
 
 static void cache_key_create(void) {
     if (pthread_key_create(&cache_key, cache_free) != 0) cache_key = (pthread_key_t)-1;
 }
 
+/* Has the calling thread's cache freed when the thread exits (once it holds memory). */
+static void free_at_thread_exit(PackedCache *c) {
+    pthread_once(&cache_key_once, cache_key_create);
+    if (cache_key != (pthread_key_t)-1 && pthread_getspecific(cache_key) != c) pthread_setspecific(cache_key, c);
+}
+
 unsigned long mha_packed_cache_hits(void) { return cache_hits; }
 void mha_packed_cache_clear(void) { cache_free(&tl_cache); }
+
+/* An entry of c for (w, OC, IC, pack), or NULL. */
+static PackedEntry *entry_find(PackedCache *c, const float *w, int OC, int IC, MhaPackWeights pack) {
+    for (int i = 0; i < PACKED_CACHE_ENTRIES; i++)
+        if (c->e[i].w == w && c->e[i].OC == OC && c->e[i].IC == IC && c->e[i].pack == pack) return &c->e[i];
+    return NULL;
+}
+
+/* e (from entry_for_new) takes the key and memory for copy_bytes + pbytes; NULL (e emptied)
+ * when there is no memory for it. */
+static PackedEntry *entry_take(PackedCache *c, PackedEntry *e, const float *w, int OC, int IC,
+                               MhaPackWeights pack, size_t copy_bytes, size_t pbytes) {
+    e->copy = copy_bytes ? malloc(copy_bytes) : NULL;
+    e->packed = mha_cpu_aligned_alloc((pbytes + 63) & ~(size_t)63);
+    if ((copy_bytes && !e->copy) || !e->packed) {
+        free(e->copy);
+        free(e->packed);
+        memset(e, 0, sizeof *e);
+        return NULL;
+    }
+    e->w = w, e->OC = OC, e->IC = IC, e->pack = pack;
+    e->bytes = copy_bytes + pbytes, e->last_use = c->calls;
+    c->bytes += e->bytes;
+    return e;
+}
+
+/* The shared packing of promised weights: found, or made now (under the lock, so each matrix
+ * is packed once); NULL when the store is full. */
+static const void *fixed_packed(const float *w, int OC, int IC, size_t pbytes, MhaPackWeights pack, int par) {
+    pthread_mutex_lock(&fixed_lock);
+    PackedCache *c = &fixed_store;
+    c->calls++;
+    PackedEntry *e = entry_find(c, w, OC, IC, pack);
+    const void *packed = NULL;
+    if (e) {
+        cache_hits++;
+        packed = e->packed;
+    } else {
+        for (int i = 0; i < PACKED_CACHE_ENTRIES && !e; i++)
+            if (!c->e[i].w) e = &c->e[i];
+        if (e && c->bytes + pbytes <= PACKED_CACHE_MAX_BYTES &&
+            (e = entry_take(c, e, w, OC, IC, pack, 0, pbytes)) != NULL) {
+            pack(e->packed, w, OC, IC, par);
+            packed = e->packed;
+        }
+    }
+    pthread_mutex_unlock(&fixed_lock);
+    return packed;
+}
 
 /* An entry for a new matrix of `bytes`, or NULL: empty ones first, else the longest idle one
  * if idle long enough, within the thread's byte budget. */
@@ -100,49 +164,33 @@ static PackedEntry *entry_for_new(PackedCache *c, size_t bytes) {
 
 const void *mha_packed_weights(const float *w, int OC, int IC, size_t pbytes, MhaPackWeights pack, int par,
                                int compare) {
+    const size_t wbytes = (size_t)OC * IC * sizeof(float);
+    if (promised(w, wbytes)) {
+        const void *packed = fixed_packed(w, OC, IC, pbytes, pack, par);
+        if (packed) return packed;
+    }
     PackedCache *c = &tl_cache;
-    const size_t wbytes = (size_t)OC * IC * sizeof(float), cbytes = compare ? wbytes : 0;
-    const unsigned long promise = fixed_promise(w, wbytes);
     PackedEntry *e = NULL;
-    if (compare || promise) {
+    if (compare) {
         c->calls++;
-        for (int i = 0; i < PACKED_CACHE_ENTRIES && !e; i++)
-            if (c->e[i].w == w && c->e[i].OC == OC && c->e[i].IC == IC && c->e[i].pack == pack) e = &c->e[i];
+        e = entry_find(c, w, OC, IC, pack);
         if (e) {
             e->last_use = c->calls;
-            if ((promise && e->fixed_gen == promise) || (compare && memcmp(e->copy, w, wbytes) == 0)) {
-                e->fixed_gen = promise;
+            if (memcmp(e->copy, w, wbytes) == 0) {
                 cache_hits++;
                 return e->packed;
             }
-        } else if ((e = entry_for_new(c, cbytes + pbytes)) != NULL) {
-            e->copy = compare ? malloc(wbytes) : NULL;
-            e->packed = mha_cpu_aligned_alloc((pbytes + 63) & ~(size_t)63);
-            if ((compare && !e->copy) || !e->packed) {   /* no room to keep it: pack without caching */
-                free(e->copy);
-                free(e->packed);
-                memset(e, 0, sizeof *e);
-                e = NULL;
-            } else {
-                e->w = w, e->OC = OC, e->IC = IC, e->pack = pack;
-                e->bytes = cbytes + pbytes, e->last_use = c->calls;
-                c->bytes += e->bytes;
-                pthread_once(&cache_key_once, cache_key_create);
-                if (cache_key != (pthread_key_t)-1) pthread_setspecific(cache_key, c);
-            }
+        } else if ((e = entry_for_new(c, wbytes + pbytes)) != NULL) {
+            e = entry_take(c, e, w, OC, IC, pack, wbytes, pbytes);   /* NULL: no room, not kept */
         }
     }
+    free_at_thread_exit(c);
     if (!e) {
-        void *wp = mha_buffer_get(&tl_packed, pbytes, "the packed weights of a linear layer");
+        void *wp = mha_buffer_get(&c->uncached, pbytes, "the packed weights of a linear layer");
         pack(wp, w, OC, IC, par);
         return wp;
     }
-    e->fixed_gen = promise;
-    if (compare) {
-        memcpy(e->copy, w, wbytes);   /* then packed from the copy: the two always agree */
-        pack(e->packed, e->copy, OC, IC, par);
-    } else {
-        pack(e->packed, w, OC, IC, par);
-    }
+    memcpy(e->copy, w, wbytes);   /* then packed from the copy: the two always agree */
+    pack(e->packed, e->copy, OC, IC, par);
     return e->packed;
 }

@@ -851,7 +851,7 @@ static void test_backend(void) {
     } else {
         test_expect("backend_int8 available (fast path on)", t != NULL);
         if (t) {
-            test_expect("backend_int8: int8 = 1, linear_forward(_post) and weights_fixed = the int8 ones",
+            test_expect("backend_int8: int8 = 1, linear_forward(_post) the int8 ones, weights_fixed the packed cache's",
                    t->int8 == 1 && t->linear_forward == mha_linear_forward_int8 &&
                        t->linear_forward_post == mha_linear_forward_post_int8 &&
                        t->weights_fixed == mha_weights_fixed);

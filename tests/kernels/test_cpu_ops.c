@@ -696,8 +696,9 @@ static void test_gemm_f32(void) {
  * (mha-predict), never for weights in training. Without a
  * promise no call hits the cache and a change of the weights shows at once; under one, the
  * second call hits, with the bits of the first; a broken promise keeps the packing (it is
- * trusted, not checked); after the promise ends, or a new one starts, the weights as they are
- * count again. */
+ * trusted, not checked); after the promise ends, or a new one starts (over changed weights,
+ * then over restored ones), the weights as they are count again; weights outside the promised
+ * range are not kept. */
 typedef void (*LinearForward)(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
 static void test_linear_cache_of(LinearForward forward, const char *name) {
     const Backend *t = mha_cpu_backend(1);
@@ -725,12 +726,23 @@ static void test_linear_cache_of(LinearForward forward, const char *name) {
     const int trusted = memcmp(b, ref, no * 4) == 0;
     t->weights_fixed(NULL, 0);                                   /* the promise ends */
     forward(b, x, w, NULL, N, IC, OC);
-    int fresh = memcmp(b, ref, no * 4) != 0;
-    memcpy(a, b, no * 4);
-    w[3] -= 1.0f;
-    t->weights_fixed(w, nw * sizeof *w);                         /* a new promise, new weights */
     forward(b, x, w, NULL, N, IC, OC);
-    fresh &= memcmp(b, ref, no * 4) == 0 && memcmp(b, a, no * 4) != 0;
+    int fresh = memcmp(b, ref, no * 4) != 0;
+    memcpy(a, b, no * 4);                                        /* a: the changed weights' output */
+    t->weights_fixed(w, nw * sizeof *w);                         /* a new promise, still changed */
+    forward(b, x, w, NULL, N, IC, OC);
+    fresh &= memcmp(b, a, no * 4) == 0;
+    t->weights_fixed(NULL, 0);
+    w[3] -= 1.0f;
+    t->weights_fixed(w, nw * sizeof *w);                         /* and again, restored */
+    forward(b, x, w, NULL, N, IC, OC);
+    fresh &= memcmp(b, ref, no * 4) == 0;
+    /* a promise over a range w does not lie in keeps nothing of w */
+    t->weights_fixed(w + 1, (nw - 1) * sizeof *w);
+    h = mha_packed_cache_hits();
+    forward(b, x, w, NULL, N, IC, OC);
+    forward(b, x, w, NULL, N, IC, OC);
+    const int outside = mha_packed_cache_hits() == h && memcmp(b, ref, no * 4) == 0;
     t->weights_fixed(NULL, 0);
     char what[128];
     snprintf(what, sizeof what, "%s cache: without a promise, no hit and a changed weight shows at once", name);
@@ -741,6 +753,8 @@ static void test_linear_cache_of(LinearForward forward, const char *name) {
     test_expect(what, trusted);
     snprintf(what, sizeof what, "%s cache: after the promise ends, or a new one starts, the weights as they are", name);
     test_expect(what, fresh);
+    snprintf(what, sizeof what, "%s cache: weights outside the promised range are not kept", name);
+    test_expect(what, outside);
     mha_packed_cache_clear();
     free(x), free(w), free(a), free(b), free(ref);
 }
