@@ -4,10 +4,9 @@
  * first and does the product through OpenBLAS when it declines.
  *
  * Threading as in linear_bf16.c: the weights are packed once per call, one panel per OpenMP
- * task (or, while they are promised fixed, taken from the calling thread's cache of packed
- * weights: packed_cache.h); then the threads take row blocks dynamically. A
- * row's bits do not depend on its block (gemm_f32.h), so blocks need no alignment beyond
- * whole micro-tiles. */
+ * task (or, while they are promised fixed, once for the process: packed_cache.h); then the
+ * threads take row blocks dynamically. A row's bits do not depend on its block (gemm_f32.h),
+ * so blocks need no alignment beyond whole micro-tiles. */
 #include <omp.h>
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_f32.h"
