@@ -10,9 +10,9 @@
 #include "model/checkpoint.h"
 #include "model/classifier.h"
 #include "model/config.h"
+#include "model/device.h"
 #include "model/evaluate.h"
 #include "model/metrics.h"
-#include "model/trainer.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>

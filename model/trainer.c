@@ -7,22 +7,19 @@
 #include "kernels/rng.h"
 #include "model/checkpoint.h"
 #include "model/classifier.h"
+#include "model/device.h"
 #include "model/evaluate.h"
 #include "model/metrics.h"
 #include "model/optimizer.h"
+#include "model/run_dir.h"
 #include <cjson/cJSON.h>
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,120 +33,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* The CPU backend at the configured precision; bf16 on a CPU without AVX512_BF16 says so
- * and runs fp32. */
-static const Backend *cpu_backend_for(const Config *cfg, int bf16) {
-    if (bf16) {
-        char why[256] = "";
-        const Backend *be = mha_cpu_backend_bf16(cfg->threads, why, sizeof why);
-        if (be) return be;
-        fprintf(stderr, "mha: note: precision \"bf16\" on the cpu: %s; running in fp32\n", why);
-    }
-    return mha_cpu_backend(cfg->threads);
-}
-
-int select_backend(const Config *cfg, const Backend **be, const char *option, MhaError *err) {
-    char why[512] = "";
-    const int bf16 = strcmp(cfg->precision, "bf16") == 0;
-    if (strcmp(cfg->device, "cpu") == 0) {
-        *be = cpu_backend_for(cfg, bf16);
-        return 0;
-    }
-    const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
-    if (cuda) { *be = cuda; return 0; }
-    if (strcmp(cfg->device, "cuda") == 0 && option[0] == '-')
-        return mha_fail(err, MHA_EXIT_DATA, "%s cuda: %s (use %s cpu or auto)", option, why, option);
-    if (strcmp(cfg->device, "cuda") == 0)
-        return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s (use %s=cpu or auto)", option, why, option);
-    /* "auto": the cpu, silently when there is no GPU, with a note when there is one it cannot use */
-    if (mha_cuda_device_visible()) fprintf(stderr, "mha: note: not using the GPU: %s; running on the cpu\n", why);
-    *be = cpu_backend_for(cfg, bf16);
-    return 0;
-}
-
-/* checkpoint_save writes DIR/.NAME.tmp.PID and renames it into place; a process killed
- * in between leaves that file behind. Called with the folder's lock held (so no other
- * mha-train writes here): removes such files whose PID is no longer running. */
-static void remove_stale_temp_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    int removed = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name, *t = strstr(n, ".mha.tmp.");
-        if (n[0] != '.' || !t || t == n) continue;
-        const char *digits = t + strlen(".mha.tmp.");
-        char *end;
-        errno = 0;
-        long pid = strtol(digits, &end, 10);
-        if (!isdigit((unsigned char)digits[0]) || *end || errno || pid <= 0 || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  /* still running (or not ours) */
-        struct stat st;
-        if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (unlinkat(dirfd(d), n, 0) == 0) removed++;
-    }
-    closedir(d);
-    if (removed)
-        fprintf(stderr, "mha-train: removed %d temporary checkpoint file%s left in %s by a killed run\n",
-                removed, removed == 1 ? "" : "s", dir);
-}
-
-/* Creates the output folder and takes an exclusive lock on OUT/.lock, held until exit
- * (the OS releases it when the process dies, so a crash never blocks --resume). */
-static int lock_output_dir(const char *dir, MhaError *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
-                        "(wait for it, or set output.dir to another folder)", dir);
-    }
-    remove_stale_temp_files(dir);
-    return 0;  /* fd stays open on purpose: the lock lives as long as the process */
-}
-
-/* A new run (--config) in a folder that holds one: refused, so that a mistyped command
- * does not replace a trained model.mha and a resumable last.mha. With overwrite (the user
- * starts over) both are removed at once, so that neither outlives the run it came from. */
-static int claim_output_dir(const char *dir, int overwrite, MhaError *err) {
-    char last[4300], model[4300];
-    snprintf(last, sizeof last, "%s/last.mha", dir);
-    snprintf(model, sizeof model, "%s/model.mha", dir);
-    int has_last = access(last, F_OK) == 0, has_model = access(model, F_OK) == 0;
-    if (overwrite) {
-        if ((has_last && unlink(last) != 0) || (has_model && unlink(model) != 0))
-            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot remove the earlier run's checkpoints (%s)", dir,
-                            strerror(errno));
-        return 0;
-    }
-    if (has_last)
-        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a run (last.mha); continue it with --resume "
-                        "%s, choose another output.dir, or start over with --overwrite", dir, last);
-    if (has_model)
-        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a trained model (model.mha); choose another "
-                        "output.dir, or start over with --overwrite", dir);
-    return 0;
-}
-
-/* The canonical absolute folder of an existing file (links resolved: a linked last.mha
- * belongs to the run folder of the file it names) into out (PATH_MAX bytes); 0 on failure
- * (errno set). */
-static int folder_of(const char *path, char *out, size_t n) {
-    errno = 0;
-    if (n < PATH_MAX || !realpath(path, out)) return 0;
-    char *slash = strrchr(out, '/');
-    if (slash == out) slash[1] = '\0';   /* a file in / */
-    else *slash = '\0';
-    return 1;
 }
 
 /* Everything a run holds, so helpers can take one pointer. */
@@ -578,6 +461,124 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
     return 0;
 }
 
+/* --resume: loads the checkpoint into *resume and the config it stores into cfg, and moves
+ * the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
+ * complete: said, nothing to do) or an exit code with err filled; *resume is freed on every
+ * path that does not return 0 with *done clear. */
+static int open_resume(const char *path, Config *cfg, Checkpoint *resume, int *done, MhaError *err) {
+    int rc;
+    *done = 0;
+    if ((rc = checkpoint_load(path, resume, err))) return rc;
+    if (!resume->state_json || !resume->adam_m) {
+        checkpoint_free(resume);
+        return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
+                        "(resume from OUTPUT_DIR/last.mha)", path);
+    }
+    if (config_from_json(cfg, resume->config_json, "", err) != 0) {
+        char inner[1800];
+        snprintf(inner, sizeof inner, "%.1700s", err->msg);
+        checkpoint_free(resume);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
+    }
+    if ((rc = checkpoint_check_layout(resume, cfg, path, err))) {
+        checkpoint_free(resume);
+        return rc;
+    }
+    /* the run goes on in the folder that holds last.mha, wherever it was started */
+    char dir[PATH_MAX], stored[PATH_MAX];
+    if (!run_dir_of(path, dir, sizeof dir) || strlen(dir) >= sizeof cfg->out_dir) {
+        checkpoint_free(resume);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot resolve its folder (%s)", path,
+                        strerror(errno ? errno : ENAMETOOLONG));
+    }
+    if (!realpath(cfg->out_dir, stored) || strcmp(dir, stored) != 0) {
+        fprintf(stderr, "mha-train: note: continuing in %s, the folder of %s (the run was "
+                "started with output.dir %s)\n", dir, path, cfg->out_dir);
+        snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
+    }
+    if (complete_before_loading(resume, cfg, path)) {
+        checkpoint_free(resume);
+        *done = 1;
+    }
+    return 0;
+}
+
+/* --resume: the parameters, AdamW moments and training state of the checkpoint into the
+ * run (the model and optimizer exist). Returns 0 (*done set when the run turns out complete:
+ * said, nothing to do) or an exit code with err filled. */
+static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int quiet, int *done, MhaError *err) {
+    const Config *cfg = r->cfg;
+    const size_t pbytes = r->model.lay.total * sizeof(float);
+    *done = 0;
+    if (resume->n_params != r->model.lay.total)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint has %zu parameters, the config describes %zu", rp,
+                        resume->n_params, r->model.lay.total);
+    r->be->to_device(r->model.params, resume->params, pbytes);
+    r->be->to_device(r->opt.m, resume->adam_m, pbytes);
+    r->be->to_device(r->opt.v, resume->adam_v, pbytes);
+    cJSON *st = cJSON_Parse(resume->state_json);
+    double upd, ep, pos, t, bu, esb, bad;
+    if (!cJSON_IsObject(st) ||
+        state_int(st, "update", 0, 0, 9007199254740992.0, &upd, rp, err) ||
+        state_int(st, "epoch", 0, 0, cfg->epochs, &ep, rp, err) ||
+        state_int(st, "batch_pos", 0, 0, INT32_MAX, &pos, rp, err) ||
+        state_int(st, "adam_t", 0, 0, INT32_MAX, &t, rp, err) ||
+        state_int(st, "best_update", -1, -1, upd, &bu, rp, err) ||
+        state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, rp, err) ||
+        state_int(st, "bad_steps", 0, 0, INT32_MAX, &bad, rp, err)) {
+        if (!cJSON_IsObject(st))
+            mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (expected a JSON object)", rp);
+        cJSON_Delete(st);
+        return MHA_EXIT_DATA;
+    }
+    r->update = (long)upd;
+    r->epoch = (int)ep;
+    r->batch_pos = (int)pos;
+    r->opt.t = (int)t;
+    r->best_metric = json_num(st, "best_metric", 0);
+    r->best_update = (long)bu;
+    r->evals_since_best = (int)esb;
+    r->bad_steps = (int)bad;
+    r->elapsed_before = json_num(st, "elapsed", 0);
+    if (!isfinite(r->elapsed_before) || r->elapsed_before < 0) r->elapsed_before = 0;
+    if (!isfinite(r->best_metric)) r->best_update = -1;   /* no usable best so far */
+    cJSON_Delete(st);
+    /* the best parameters so far are in model.mha */
+    char best_path[4300];
+    snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
+    int best_saved = best_model_saved(best_path, r->model.lay.total, r->best_update >= 0 ? r->best_params : NULL);
+    if (!best_saved) r->best_update = -1;
+    /* normally said before loading the data (complete_before_loading); a run killed before
+     * saving model.mha goes on below to save it and print the test report */
+    if (run_complete(cfg, r->epoch, r->evals_since_best, r->best_update, r->has_dev, best_saved)) {
+        say_complete(rp, r->update, r->epoch >= cfg->epochs, best_path);
+        *done = 1;
+        return 0;
+    }
+    if (!quiet)
+        fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", rp,
+                r->update, r->epoch + 1, r->batch_pos);
+    return 0;
+}
+
+/* The test set on the best parameters: the report to stdout, a "test" record to metrics.jsonl. */
+static void report_test(Run *r) {
+    const Config *cfg = r->cfg;
+    r->be->to_device(r->model.params, r->best_params, r->model.lay.total * sizeof(float));
+    Metrics mt;
+    evaluate_dataset(&r->model, &r->test, cfg->batch_size, cfg->max_len, r->truncate, r->add_cls, &mt);
+    printf("test %s (best model):\n", cfg->test);
+    metrics_print(&mt, r->labels.names, stdout);
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "type", "test");
+    cJSON_AddNumberToObject(rec, "update", (double)r->best_update);
+    cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
+    cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
+    cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
+    log_record(r, rec);
+    metrics_free(&mt);
+}
+
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     Run r;
     memset(&r, 0, sizeof r);
@@ -589,45 +590,15 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     memset(&bt, 0, sizeof bt);
 
     if (opt->resume_path) {
-        if ((rc = checkpoint_load(opt->resume_path, &resume, err))) return rc;
+        int done;
+        if ((rc = open_resume(opt->resume_path, cfg, &resume, &done, err)) || done) return rc;
         have_resume = 1;
-        if (!resume.state_json || !resume.adam_m) {
-            checkpoint_free(&resume);
-            return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
-                            "(resume from OUTPUT_DIR/last.mha)", opt->resume_path);
-        }
-        if (config_from_json(cfg, resume.config_json, "", err) != 0) {
-            char inner[1800];
-            snprintf(inner, sizeof inner, "%.1700s", err->msg);
-            checkpoint_free(&resume);
-            return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", opt->resume_path, inner);
-        }
-        if ((rc = checkpoint_check_layout(&resume, cfg, opt->resume_path, err))) {
-            checkpoint_free(&resume);
-            return rc;
-        }
-        /* the run goes on in the folder that holds last.mha, wherever it was started */
-        char dir[PATH_MAX], stored[PATH_MAX];
-        if (!folder_of(opt->resume_path, dir, sizeof dir) || strlen(dir) >= sizeof cfg->out_dir) {
-            checkpoint_free(&resume);
-            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot resolve its folder (%s)", opt->resume_path,
-                            strerror(errno ? errno : ENAMETOOLONG));
-        }
-        if (!realpath(cfg->out_dir, stored) || strcmp(dir, stored) != 0) {
-            fprintf(stderr, "mha-train: note: continuing in %s, the folder of %s (the run was "
-                    "started with output.dir %s)\n", dir, opt->resume_path, cfg->out_dir);
-            snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
-        }
-        if (complete_before_loading(&resume, cfg, opt->resume_path)) {
-            checkpoint_free(&resume);
-            return 0;
-        }
     }
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
     const Backend *unprofiled = r.be;
     if (opt->profile) r.be = profile_backend(r.be);
-    if ((rc = lock_output_dir(cfg->out_dir, err))) goto out;
-    if (!have_resume && (rc = claim_output_dir(cfg->out_dir, opt->overwrite, err))) goto out;
+    if ((rc = run_dir_lock(cfg->out_dir, err))) goto out;
+    if (!have_resume && (rc = run_dir_claim(cfg->out_dir, opt->overwrite, err))) goto out;
     if (!opt->quiet) {
         char *cj = config_to_json(cfg);
         fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
@@ -657,61 +628,15 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
      * memory by about a third for an evaluation that is a small part of the run. */
     evaluate_set_workers(1);
     size_t pbytes = r.model.lay.total * sizeof(float);
-    r.best_params = malloc(pbytes);
+    if (!(r.best_params = malloc(pbytes))) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r.model.lay.total);
+        goto out;
+    }
     r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;
     r.total_updates = r.updates_per_epoch * cfg->epochs;
     if (have_resume) {
-        if (resume.n_params != r.model.lay.total) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint has %zu parameters, the config describes %zu",
-                          opt->resume_path, resume.n_params, r.model.lay.total);
-            goto out;
-        }
-        r.be->to_device(r.model.params, resume.params, pbytes);
-        r.be->to_device(r.opt.m, resume.adam_m, pbytes);
-        r.be->to_device(r.opt.v, resume.adam_v, pbytes);
-        cJSON *st = cJSON_Parse(resume.state_json);
-        double upd, ep, pos, t, bu, esb, bad;
-        const char *rp = opt->resume_path;
-        if (!cJSON_IsObject(st) ||
-            state_int(st, "update", 0, 0, 9007199254740992.0, &upd, rp, err) ||
-            state_int(st, "epoch", 0, 0, cfg->epochs, &ep, rp, err) ||
-            state_int(st, "batch_pos", 0, 0, INT32_MAX, &pos, rp, err) ||
-            state_int(st, "adam_t", 0, 0, INT32_MAX, &t, rp, err) ||
-            state_int(st, "best_update", -1, -1, upd, &bu, rp, err) ||
-            state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, rp, err) ||
-            state_int(st, "bad_steps", 0, 0, INT32_MAX, &bad, rp, err)) {
-            if (!cJSON_IsObject(st))
-                mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (expected a JSON object)", rp);
-            cJSON_Delete(st);
-            rc = MHA_EXIT_DATA;
-            goto out;
-        }
-        r.update = (long)upd;
-        r.epoch = (int)ep;
-        r.batch_pos = (int)pos;
-        r.opt.t = (int)t;
-        r.best_metric = json_num(st, "best_metric", 0);
-        r.best_update = (long)bu;
-        r.evals_since_best = (int)esb;
-        r.bad_steps = (int)bad;
-        r.elapsed_before = json_num(st, "elapsed", 0);
-        if (!isfinite(r.elapsed_before) || r.elapsed_before < 0) r.elapsed_before = 0;
-        if (!isfinite(r.best_metric)) r.best_update = -1;   /* no usable best so far */
-        cJSON_Delete(st);
-        /* the best parameters so far are in model.mha */
-        char best_path[4300];
-        snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
-        int best_saved = best_model_saved(best_path, r.model.lay.total, r.best_update >= 0 ? r.best_params : NULL);
-        if (!best_saved) r.best_update = -1;
-        /* normally said before loading the data (complete_before_loading); a run killed before
-         * saving model.mha goes on below to save it and print the test report */
-        if (run_complete(cfg, r.epoch, r.evals_since_best, r.best_update, r.has_dev, best_saved)) {
-            say_complete(opt->resume_path, r.update, r.epoch >= cfg->epochs, best_path);
-            goto out;
-        }
-        if (!opt->quiet)
-            fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", opt->resume_path,
-                    r.update, r.epoch + 1, r.batch_pos);
+        int done;
+        if ((rc = restore_state(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
@@ -815,21 +740,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     }
     fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
             r.update, r.elapsed_before, r.best_update, cfg->out_dir);
-    if (r.has_test && r.best_update >= 0) {
-        r.be->to_device(r.model.params, r.best_params, pbytes);
-        Metrics mt;
-        evaluate_dataset(&r.model, &r.test, cfg->batch_size, cfg->max_len, r.truncate, r.add_cls, &mt);
-        printf("test %s (best model):\n", cfg->test);
-        metrics_print(&mt, r.labels.names, stdout);
-        cJSON *rec = cJSON_CreateObject();
-        cJSON_AddStringToObject(rec, "type", "test");
-        cJSON_AddNumberToObject(rec, "update", (double)r.best_update);
-        cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
-        cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
-        cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
-        log_record(&r, rec);
-        metrics_free(&mt);
-    }
+    if (r.has_test && r.best_update >= 0) report_test(&r);
 out:
     batcher_free(&bt);
     free_run(&r, !have_resume);

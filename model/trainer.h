@@ -19,8 +19,4 @@ typedef struct {
  * filled, or 130 after Ctrl-C (last.mha saved). */
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err);
 
-/* The backend a config asks for (train.device, train.threads, train.tf32). option names
- * where the device came from in the error ("train.device", or "--device" for mha-predict). */
-int select_backend(const Config *cfg, const Backend **be, const char *option, MhaError *err);
-
 #endif

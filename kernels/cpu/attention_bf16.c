@@ -1,7 +1,7 @@
 /* kernels/cpu/attention_bf16.c: the fused attention forward of the mixed-precision CPU backend
  * (train.precision = "bf16", mha-predict --precision bf16 / int8), for the common case: no
  * attention dropout, AVX512-BF16 and the AVX-512 softmax rows available. Anything else goes
- * to the generic instantiation (layers_impl.h over mha_sgemm_bf16, in layers_f32.c).
+ * to the generic instantiation (attention_impl.h over mha_sgemm_bf16, in layers_f32.c).
  *
  * Same function, bit for bit, as that generic path (tests/kernels/test_cpu_bf16.c checks it),
  * with less memory traffic per head:

@@ -1,6 +1,6 @@
 /* kernels/cpu/layers_bf16.h: the CPU layers whose products run in mixed precision (bf16
  * inputs, fp32 accumulation): the linear layer (linear_bf16.c) and the attention (the
- * attention section of layers_impl.h instantiated over mha_sgemm_bf16, in layers_f32.c).
+ * attention_impl.h instantiated over mha_sgemm_bf16, in layers_f32.c).
  * Same contracts as the entries of kernels/backend.h. */
 #ifndef MHA_KERNELS_CPU_LAYERS_BF16_H
 #define MHA_KERNELS_CPU_LAYERS_BF16_H

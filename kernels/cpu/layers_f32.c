@@ -1,6 +1,6 @@
 /* kernels/cpu/layers_f32.c: instantiates layers_impl.h for float (the CPU backend):
  * cblas_sgemm/sgemv, and vectorisable polynomial exp and erf (cpu_common.h) in the softmax and
- * GELU loops; and its attention section once more with bf16 products (mixed precision). */
+ * GELU loops; and attention_impl.h once more with bf16 products (mixed precision). */
 /* GCC does not if-convert float selects (the clamps in mha_expf/mha_erff) under its default
  * -ftrapping-math, which keeps those loops scalar. Nothing here reads FP exception flags,
  * so trapping math is off for this file (clang's default already). It must precede every
@@ -65,7 +65,7 @@ int mha_rows_fast(void) {
 #define MHA_ATT_BQ 256
 #define FN(name) mha_##name##_bf16
 #define ATT_GEMM mha_sgemm_bf16
-#define MHA_LAYERS_ATTENTION_ONLY
-#include "kernels/cpu/layers_impl.h"
+#include "kernels/cpu/scratch_impl.h"
+#include "kernels/cpu/attention_impl.h"
 
 int mha_f32_rows_batch_invariant(void) { return mha_f32_gemm_fast() || mha_openblas_avx512_kernels(); }

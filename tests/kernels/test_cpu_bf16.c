@@ -560,7 +560,7 @@ static void test_gemm_start_and_sums(void) {
 }
 
 /* ============================= 5. the attention =============================
- * mha_attention_*_bf16 (the attention section of layers_impl.h over mha_sgemm_bf16) against
+ * mha_attention_*_bf16 (attention_impl.h over mha_sgemm_bf16) against
  * the double kernels: the inputs of all products are rounded to bf16 (q, k, v, dy, and the
  * probabilities and dS between the products), so unlike the GEMM no exact double reference
  * exists; the bound is bf16's: each rounding is at most 2^-9 relative, and a handful of

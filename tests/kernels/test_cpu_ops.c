@@ -315,7 +315,7 @@ static int all_finite(const float *x, size_t n) {
 }
 
 /* Attention straight from its definition (docs/model.md, backend.h), in double and plain
- * loops, independent of layers_impl.h: y (B, T, C) from qkv (B, T, 3C). */
+ * loops, independent of attention_impl.h: y (B, T, C) from qkv (B, T, 3C). */
 static void naive_attention(double *y, const double *qkv, const int32_t *len, int B, int T, int C,
                             int NH, int causal, float p, uint64_t seed) {
     const int HS = C / NH;

@@ -15,8 +15,8 @@
 #include "kernels/rng.h"
 #include "model/classifier.h"
 #include "model/config.h"
+#include "model/device.h"
 #include "model/optimizer.h"
-#include "model/trainer.h"
 #include "tests/test_util.h"
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -1,0 +1,90 @@
+/* model/run_dir.c: the output folder of a training run: lock, claim, stale temporary
+ * checkpoint files, the folder of a last.mha (see run_dir.h). */
+#include "model/run_dir.h"
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* checkpoint_save writes DIR/.NAME.tmp.PID and renames it into place; a process killed
+ * in between leaves that file behind. Called with the folder's lock held (so no other
+ * mha-train writes here): removes such files whose PID is no longer running. */
+static void remove_stale_temp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name, *t = strstr(n, ".mha.tmp.");
+        if (n[0] != '.' || !t || t == n) continue;
+        const char *digits = t + strlen(".mha.tmp.");
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (!isdigit((unsigned char)digits[0]) || *end || errno || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  /* still running (or not ours) */
+        struct stat st;
+        if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (unlinkat(dirfd(d), n, 0) == 0) removed++;
+    }
+    closedir(d);
+    if (removed)
+        fprintf(stderr, "mha-train: removed %d temporary checkpoint file%s left in %s by a killed run\n",
+                removed, removed == 1 ? "" : "s", dir);
+}
+
+int run_dir_lock(const char *dir, MhaError *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
+                        "(wait for it, or set output.dir to another folder)", dir);
+    }
+    remove_stale_temp_files(dir);
+    return 0;  /* fd stays open on purpose: the lock lives as long as the process */
+}
+
+int run_dir_claim(const char *dir, int overwrite, MhaError *err) {
+    char last[4300], model[4300];
+    snprintf(last, sizeof last, "%s/last.mha", dir);
+    snprintf(model, sizeof model, "%s/model.mha", dir);
+    int has_last = access(last, F_OK) == 0, has_model = access(model, F_OK) == 0;
+    if (overwrite) {
+        if ((has_last && unlink(last) != 0) || (has_model && unlink(model) != 0))
+            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot remove the earlier run's checkpoints (%s)", dir,
+                            strerror(errno));
+        return 0;
+    }
+    if (has_last)
+        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a run (last.mha); continue it with --resume "
+                        "%s, choose another output.dir, or start over with --overwrite", dir, last);
+    if (has_model)
+        return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a trained model (model.mha); choose another "
+                        "output.dir, or start over with --overwrite", dir);
+    return 0;
+}
+
+int run_dir_of(const char *path, char *out, size_t n) {
+    errno = 0;
+    if (n < PATH_MAX || !realpath(path, out)) return 0;
+    char *slash = strrchr(out, '/');
+    if (slash == out) slash[1] = '\0';   /* a file in / */
+    else *slash = '\0';
+    return 1;
+}

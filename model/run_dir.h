@@ -1,0 +1,26 @@
+/* model/run_dir.h: the output folder of a training run (output.dir): its lock, the check
+ * that a new run does not replace an earlier one, temporary checkpoint files left by a
+ * killed run, and the folder a last.mha lives in (where --resume continues). */
+#ifndef MHA_MODEL_RUN_DIR_H
+#define MHA_MODEL_RUN_DIR_H
+
+#include <stddef.h>
+#include "data/error.h"
+
+/* Creates the folder (and its parents) and takes an exclusive lock on DIR/.lock, held until
+ * the process exits (the OS releases it when the process dies, so a crash never blocks
+ * --resume); then removes temporary checkpoint files of processes no longer running.
+ * A folder another mha-train holds is an error. */
+int run_dir_lock(const char *dir, MhaError *err);
+
+/* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
+ * mistyped command does not replace a trained model.mha and a resumable last.mha. With
+ * overwrite (the user starts over) both are removed at once, so neither outlives its run. */
+int run_dir_claim(const char *dir, int overwrite, MhaError *err);
+
+/* The canonical absolute folder of an existing file (links resolved: a linked last.mha
+ * belongs to the run folder of the file it names) into out (n >= PATH_MAX bytes); 0 on
+ * failure (errno set). */
+int run_dir_of(const char *path, char *out, size_t n);
+
+#endif
