@@ -197,8 +197,9 @@ static void log_record(Run *r, cJSON *rec) {
     cJSON_Delete(rec);
 }
 
-/* Dev evaluation; keeps the best parameters and writes model.mha when they improve. */
-static int evaluate_dev(Run *r, int quiet, MhaError *err) {
+/* Dev evaluation during epoch `epoch` (1-based, as in the train records); keeps the best
+ * parameters and writes model.mha when they improve. */
+static int evaluate_dev(Run *r, int epoch, int quiet, MhaError *err) {
     Config *c = r->cfg;
     Metrics mt;
     evaluate_dataset(&r->model, &r->dev, c->batch_size, c->max_len, r->truncate, r->add_cls, &mt);
@@ -215,7 +216,7 @@ static int evaluate_dev(Run *r, int quiet, MhaError *err) {
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "type", "dev");
     cJSON_AddNumberToObject(rec, "update", (double)r->update);
-    cJSON_AddNumberToObject(rec, "epoch", r->epoch);
+    cJSON_AddNumberToObject(rec, "epoch", epoch);
     cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
     cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
     cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
@@ -228,6 +229,16 @@ static int evaluate_dev(Run *r, int quiet, MhaError *err) {
     metrics_free(&mt);
     if (improved) return save_checkpoint(r, "model.mha", 0, r->best_params, err);
     return 0;
+}
+
+/* Early stopping: train.patience evaluations in a row without a better dev metric. Says so
+ * (whether evaluations come per epoch or every train.eval_every updates). */
+static int patience_ran_out(const Run *r) {
+    const int p = r->cfg->patience;
+    if (p <= 0 || r->evals_since_best < p) return 0;
+    fprintf(stderr, "early stopping: no better dev %s in %d evaluation%s (train.patience); best at update %ld\n",
+            r->cfg->metric, p, p == 1 ? "" : "s", r->best_update);
+    return 1;
 }
 
 static void format_duration(char *out, size_t n, double s) {
@@ -697,8 +708,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             if (r.has_dev && cfg->eval_every > 0 && r.update % cfg->eval_every == 0) {
                 if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
                 if (tty) fputc('\n', stderr);
-                if ((rc = evaluate_dev(&r, opt->quiet, err))) goto out;
-                if (cfg->patience > 0 && r.evals_since_best >= cfg->patience) stop = 1;
+                if ((rc = evaluate_dev(&r, r.epoch + 1, opt->quiet, err))) goto out;   /* during epoch r.epoch + 1 */
+                if (patience_ran_out(&r)) stop = 1;
             }
             if (g_interrupted || (opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
         }
@@ -710,11 +721,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             r.batch_pos = 0;
             if (tty) fputc('\n', stderr);
             if (r.has_dev && cfg->eval_every == 0) {
-                if ((rc = evaluate_dev(&r, opt->quiet, err))) goto out;
-                if (cfg->patience > 0 && r.evals_since_best >= cfg->patience) {
-                    fprintf(stderr, "early stopping: no improvement in %d evaluations\n", cfg->patience);
-                    stop = 1;
-                }
+                if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err))) goto out;   /* the epoch just ended */
+                if (patience_ran_out(&r)) stop = 1;
             }
         }
         r.elapsed_before += now_s() - pg.t_start;

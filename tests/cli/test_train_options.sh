@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tests/cli/test_train_options.sh: training options that no other test runs end to end:
+# train.eval_every (dev evaluations every N updates instead of once per epoch), train.patience
+# (early stopping, with either kind of evaluation, and a resume of a run that stopped early) and
+# --profile (its table, and updates identical to an unprofiled run's).
+source "$(dirname "$0")/lib.sh" "$@"
+field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
+records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
+
+# ---- 1. train.eval_every=7 over 3 epochs (41 batches each): dev records at updates 7, 14, ...
+tiny_config "$TMP/cfg.json" "$TMP/every" 3
+"$TRAIN" --config "$TMP/cfg.json" --set train.eval_every=7 >"$TMP/every.out" 2>"$TMP/every.err" \
+  || { cat "$TMP/every.err"; fail "training with train.eval_every=7 failed"; finish; }
+total=$(records "$TMP/every" train | wc -l)
+[ "$total" = 123 ] || fail "eval_every run: $total train records, expected 123 (3 epochs of 41 updates)"
+got=$(records "$TMP/every" dev | field update | tr '\n' ' ')
+want=$(seq 7 7 "$total" | tr '\n' ' ')
+[ "$got" = "$want" ] || fail "dev evaluations at updates '$got', expected '$want' (and none at the epochs' ends)"
+# each dev record names the epoch its update belongs to, as the train record of that update does
+while read -r rec; do
+  u=$(field update <<<"$rec") e=$(field epoch <<<"$rec")
+  te=$(records "$TMP/every" train | grep "\"update\":$u," | field epoch)
+  [ "$e" = "$te" ] || fail "dev record at update $u says epoch $e, its train record epoch $te"
+done < <(records "$TMP/every" dev)
+# the progress output shows every evaluation
+shown=$(grep -E '^dev +update' "$TMP/every.err" | awk '{print $3}' | tr '\n' ' ')
+[ "$shown" = "$want" ] || fail "stderr shows dev evaluations at '$shown', expected '$want'"
+# model.mha is the best evaluation's parameters: mha-predict reproduces that record's accuracy
+best=$(sed -n 's/.*best model from update \([0-9]*\) .*/\1/p' "$TMP/every.err")
+best_rec=$(records "$TMP/every" dev | grep "\"update\":$best,")
+[ -n "$best" ] && grep -q '"best":true' <<<"$best_rec" || fail "best model from update '$best': no dev record marked best there"
+max_acc=$(records "$TMP/every" dev | field accuracy | sort -g | tail -1)
+best_acc=$(field accuracy <<<"$best_rec")
+awk -v a="$best_acc" -v m="$max_acc" 'BEGIN{exit !(a == m)}' || fail "best update's accuracy $best_acc is not the highest, $max_acc"
+acc=$("$PREDICT" --model "$TMP/every/model.mha" --eval data/sample/dev.tsv --json | field accuracy)
+awk -v a="$acc" -v b="$best_acc" 'BEGIN{d=a-b; exit !(d < 1e-9 && d > -1e-9)}' \
+  || fail "model.mha's dev accuracy $acc is not the best evaluation's $best_acc"
+# evaluations do not disturb training: the same updates as a run evaluating once per epoch
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/epochs" --quiet >/dev/null 2>"$TMP/epochs.err" \
+  || { cat "$TMP/epochs.err"; fail "training with per-epoch evaluation failed"; }
+[ "$(records "$TMP/every" train | field loss)" = "$(records "$TMP/epochs" train | field loss)" ] \
+  || fail "train losses with train.eval_every=7 differ from those with per-epoch evaluation"
+[ "$(records "$TMP/epochs" dev | field update | tr '\n' ' ')" = "41 82 123 " ] \
+  || fail "per-epoch evaluation not at updates 41 82 123"
+[ "$(records "$TMP/epochs" dev | field epoch | tr '\n' ' ')" = "1 2 3 " ] || fail "per-epoch dev records not of epochs 1 2 3"
+
+# ---- 2. early stopping every N updates: lr 1e-12 leaves the dev accuracy where it is, so the
+# first evaluation (update 5) stays the best and the third after it (update 20) stops the run
+tiny_config "$TMP/stop.json" "$TMP/stop" 5
+"$TRAIN" --config "$TMP/stop.json" --set train.lr=1e-12 --set train.eval_every=5 --set train.patience=3 \
+  --quiet >/dev/null 2>"$TMP/stop.err" || { cat "$TMP/stop.err"; fail "early-stopping run failed"; }
+grep -q 'early stopping: no better dev accuracy in 3 evaluations (train.patience); best at update 5' "$TMP/stop.err" \
+  || fail "no early-stopping message: $(tail -3 "$TMP/stop.err")"
+[ "$(records "$TMP/stop" train | wc -l)" = 20 ] || fail "early stop: $(records "$TMP/stop" train | wc -l) updates, expected 20"
+[ "$(records "$TMP/stop" dev | field update | tr '\n' ' ')" = "5 10 15 20 " ] || fail "early stop: dev records not at 5 10 15 20"
+grep -q 'best model from update 5 ' "$TMP/stop.err" || fail "early stop: best model not from update 5"
+# resumed, the run is complete: nothing to do, nothing appended
+before=$(wc -l <"$TMP/stop/metrics.jsonl")
+expect_exit 0 'already complete \(20 updates, stopped early\)' "$TRAIN" --resume "$TMP/stop/last.mha"
+[ "$(wc -l <"$TMP/stop/metrics.jsonl")" = "$before" ] || fail "resuming a run that stopped early wrote records"
+
+# ---- 3. early stopping per epoch: patience 1 stops after the second epoch's evaluation
+"$TRAIN" --config "$TMP/stop.json" --set output.dir="$TMP/stop1" --set train.lr=1e-12 --set train.patience=1 \
+  --quiet >/dev/null 2>"$TMP/stop1.err" || { cat "$TMP/stop1.err"; fail "per-epoch early-stopping run failed"; }
+grep -q 'early stopping: no better dev accuracy in 1 evaluation (train.patience); best at update 41' "$TMP/stop1.err" \
+  || fail "per-epoch early stop: no message: $(tail -3 "$TMP/stop1.err")"
+[ "$(records "$TMP/stop1" train | wc -l)" = 82 ] || fail "per-epoch early stop: not 82 updates (2 epochs)"
+
+# ---- 4. --profile: the table, and the same updates as without it
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/prof" --max-steps 6 --profile --quiet >/dev/null \
+  2>"$TMP/prof.err" || { cat "$TMP/prof.err"; fail "--profile run failed"; }
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/plain" --max-steps 6 --quiet >/dev/null 2>&1 \
+  || fail "unprofiled run failed"
+for row in '^profile: [0-9.]+ s of training, [1-9][0-9]* real tokens' '^\| op family \| seconds \| share \| calls \| GFLOP/s \|$' \
+           '^\| GEMM \(linear layers\) \| [0-9.]+ \| [0-9.]+% \| [1-9][0-9]* \| [0-9.]+ \|$' \
+           '^\| attention \| [0-9.]+ \| [0-9.]+% \| [1-9][0-9]* \| [0-9.]+ \|$' \
+           '^\| optimizer \(AdamW, norm, clip\) \| [0-9.]+ \| [0-9.]+% \| [1-9]' \
+           '^whole step: [0-9.]+ GFLOP/s .* of the sgemm ceiling [0-9.]+ GFLOP/s'; do
+  grep -qE "$row" "$TMP/prof.err" || fail "--profile output lacks /$row/"
+done
+[ "$(records "$TMP/prof" train | field loss)" = "$(records "$TMP/plain" train | field loss)" ] \
+  || fail "--profile changed the training losses"
+cmp -s "$TMP/prof/last.mha" "$TMP/plain/last.mha" || {
+  # the checkpoints differ only in the stored elapsed time; compare the parameters through predictions
+  a=$("$PREDICT" --model "$TMP/prof/last.mha" --top-k 4 data/sample/test.tsv | md5sum)
+  b=$("$PREDICT" --model "$TMP/plain/last.mha" --top-k 4 data/sample/test.tsv | md5sum)
+  [ "$a" = "$b" ] || fail "--profile changed the trained parameters (predictions differ)"
+}
+finish
