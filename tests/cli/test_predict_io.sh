@@ -79,7 +79,26 @@ grep -q "^mha-predict: note: <stdin>: read as TSV (line 1 has a tab): the first 
 cmp -s "$TMP/p1" "$TMP/pf" || fail "--input-format=jsonl predicts differently"
 "$PREDICT" --model "$M" --input-format plain data/sample/dev.tsv >"$TMP/pf" 2>"$TMP/pf.err" && ! cmp -s "$TMP/p1" "$TMP/pf" && [ ! -s "$TMP/pf.err" ] \
   || fail "--input-format plain did not read the label column as text: $(cat "$TMP/pf.err")"
+# fastText lines are detected too (note once), and predict as their texts do
+awk -F'\t' '{ printf "__label__%s %s\n", $1, $2 }' data/sample/dev.tsv >"$TMP/dev.ft"
+"$PREDICT" --model "$M" "$TMP/dev.ft" >"$TMP/pft" 2>"$TMP/pft.err" || fail "predict on fastText input"
+[ "$(grep -c 'note: .*dev.ft: read as fastText (line 1 starts with __label__): the __label__ words of each line are labels and are ignored' "$TMP/pft.err")" = 1 ] \
+  || fail "fastText input: not one note: $(cat "$TMP/pft.err")"
+cmp -s "$TMP/p1" "$TMP/pft" || fail "fastText input predicts other than its texts"
+# a UTF-8 byte-order mark before the first line is skipped: fastText input is still detected,
+# and its first line parsed (else "__label__..." would be read as text)
+{ printf '\xef\xbb\xbf'; cat "$TMP/dev.ft"; } | "$PREDICT" --model "$M" --top-k 4 2>"$TMP/pbom.err" >"$TMP/pbom"
+"$PREDICT" --model "$M" --top-k 4 "$TMP/plain.txt" >"$TMP/pnobom"
+cmp -s "$TMP/pbom" "$TMP/pnobom" && grep -q "read as fastText (line 1 starts with __label__)" "$TMP/pbom.err" \
+  || fail "fastText input after a byte-order mark: not detected, or other predictions: $(cat "$TMP/pbom.err")"
+# a line that is not in the detected format (no tab after TSV lines) is read whole as its text
+{ head -3 data/sample/dev.tsv; sed -n 4p "$TMP/plain.txt"; } | "$PREDICT" --model "$M" 2>/dev/null | sed -n 4p >"$TMP/pmix"
+[ -s "$TMP/pmix" ] && cmp -s "$TMP/pmix" <(sed -n 4p "$TMP/p1") || fail "a plain line among TSV lines not read as its text"
 expect_exit 2 "--input-format 'xml': expected auto, plain, tsv, fasttext or jsonl" "$PREDICT" --model "$M" --input-format xml
+expect_exit 2 "--batch-size '0': expected a positive integer" "$PREDICT" --model "$M" --batch-size 0
+expect_exit 2 "--threads 'two': expected a non-negative integer" "$PREDICT" --model "$M" --threads two
+expect_exit 2 "--device 'gpu': expected cpu, cuda or auto" "$PREDICT" --model "$M" --device gpu
+expect_exit 2 "unknown option '--frobnicate'" "$PREDICT" --model "$M" --frobnicate
 expect_exit 2 "--input-format plain goes with predictions: --eval needs labelled lines" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --input-format plain
 expect_exit 1 "dev.tsv:1: missing __label__ prefix" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --input-format fasttext
 # --eval - reads the labelled lines from standard input (a pipe), named <stdin> in messages

@@ -250,6 +250,18 @@ static void test_errors(void) {
     CHECK_MSG(e, "lr");
     CHECK(load_text(&c, "{\"modle\": {}}", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "unknown section 'modle' (did you mean 'model'?)");
+    CHECK(load_text(&c, "{\"n_heads\": 4}", NULL, 0, &e) == MHA_EXIT_USAGE);   /* a key outside its section */
+    CHECK_MSG(e, "c.json:1: unknown section 'n_heads' (did you mean 'model.n_heads'? keys go inside their section)");
+    CHECK(load_text(&c, "{\"zzzz\": {}}", NULL, 0, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "c.json:1: unknown section 'zzzz' (allowed: data, model, train, output)");
+    /* --set keys without their section: the key of that name, or what a key looks like */
+    const char *bare_lr[] = {"lr=0.1"}, *bare_drop[] = {"dropout=0.3"}, *bare_foo[] = {"foo=1"};
+    CHECK(load_text(&c, MIN_CFG, bare_lr, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: unknown key 'lr' (did you mean 'train.lr'?)");
+    CHECK(load_text(&c, MIN_CFG, bare_drop, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: unknown key 'dropout' (did you mean 'model.dropout'?)");
+    CHECK(load_text(&c, MIN_CFG, bare_foo, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: unknown key 'foo' (expected 'section.key' with section data, model, train or output)");
     CHECK(load_text(&c, "{\"model\": 3}", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "section 'model': expected an object, got a number");
     CHECK(load_text(&c, "[1, 2]", NULL, 0, &e) == MHA_EXIT_USAGE);
@@ -315,6 +327,18 @@ static void test_errors(void) {
     CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "key 'train.warmup'");
     c.warmup = 100;
+    CHECK(config_validate(&c, &e) == 0);
+    c.warmup = 1.5f;   /* neither a fraction nor a whole number of updates */
+    CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "key 'train.warmup': 1.5 is not allowed (allowed: a fraction 0 <= value < 1, or a whole "
+                 "number of updates >= 1)");
+    c.warmup = 0.1f;
+    strcpy(c.pooling, "cls");   /* [CLS] takes the only position */
+    c.max_len = 1;
+    CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "key 'data.max_len': 1 leaves no room for text after [CLS] with model.pooling = \"cls\" "
+                 "(allowed: >= 2)");
+    c.max_len = 2;
     CHECK(config_validate(&c, &e) == 0);
 }
 
