@@ -37,6 +37,17 @@ static int is_hex(char ch) {
     return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
 }
 
+/* The value of the 4 hex digits after the "\\u" at byte `at`, or -1 when they are not there. */
+static long hex4(const Scan *sc, size_t at) {
+    long v = 0;
+    for (int d = 0; d < 4; d++) {
+        if (at + 2 + d >= sc->n || !is_hex(sc->s[at + 2 + d])) return -1;
+        char ch = sc->s[at + 2 + d];
+        v = v * 16 + (ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
 static int scan_string(Scan *sc) {
     size_t open = sc->i++;
     while (sc->i < sc->n) {
@@ -49,9 +60,20 @@ static int scan_string(Scan *sc) {
             if (sc->i + 1 >= sc->n) break;
             char e = sc->s[sc->i + 1];
             if (e == 'u') {
-                for (int d = 0; d < 4; d++)
-                    if (sc->i + 2 + d >= sc->n || !is_hex(sc->s[sc->i + 2 + d]))
-                        return scan_fail(sc, sc->i, "\\u followed by 4 hex digits");
+                long code = hex4(sc, sc->i);
+                if (code < 0) return scan_fail(sc, sc->i, "\\u followed by 4 hex digits");
+                /* UTF-16 surrogates come in pairs; one alone is no character (nor UTF-8) */
+                if (code >= 0xDC00 && code <= 0xDFFF)
+                    return scan_fail(sc, sc->i, "no lone low surrogate: \\uDC00-\\uDFFF only after "
+                                                "\\uD800-\\uDBFF");
+                if (code >= 0xD800 && code <= 0xDBFF) {
+                    long low = sc->i + 7 < sc->n && sc->s[sc->i + 6] == '\\' && sc->s[sc->i + 7] == 'u'
+                                   ? hex4(sc, sc->i + 6) : -1;
+                    if (low < 0xDC00 || low > 0xDFFF)
+                        return scan_fail(sc, sc->i, "a high surrogate \\uD800-\\uDBFF followed by a "
+                                                    "low one \\uDC00-\\uDFFF");
+                    sc->i += 6;
+                }
                 sc->i += 6;
                 continue;
             }

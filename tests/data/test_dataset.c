@@ -175,6 +175,17 @@ static void test_fasttext_jsonl(void) {
               "in training: %ld (line %ld)", d.n_no_text, d.first_no_text);
         CHECK(d.n_extra_labels == 1 && d.first_extra_labels == 1, "extra labels counted: %ld (line %ld)",
               d.n_extra_labels, d.first_extra_labels);
+        char *notes = NULL;
+        size_t notes_len = 0;
+        FILE *nf = open_memstream(&notes, &notes_len);
+        dataset_print_notes(&d, "train.ft", "mha-train", nf);
+        fclose(nf);
+        CHECK(strstr(notes, "mha-train: note: train.ft: 1 line has more than one __label__ (first: line 1); only "
+                            "the first label is used (mha trains single-label classifiers)\n") &&
+              strstr(notes, "mha-train: note: train.ft: 1 line has a label but no text (first: line 4); skipped "
+                            "(nothing to learn from)\n"),
+              "notes of a fastText file: %s", notes);
+        free(notes);
         dataset_free(&d);
         /* in a dev/test file the line without text stays an example (it is predicted) */
         rc = dataset_load(ft, &o, v, &lm, &d, &err);
@@ -333,6 +344,13 @@ static void test_errors(void) {
     p = PUT("arr.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n[1]\n");
     CHECK(train_fails(p, opts(FORMAT_JSONL), msg("%s:2: the line is an array (expected a JSON object", p), 1),
           "not an object");
+    p = PUT("obj.jsonl", "{\"label\": \"a\", \"text\": {\"zh\": \"x\"}}\n");
+    CHECK(train_fails(p, o, msg("%s:1: field \"text\" is an object (expected a string)", p), 0), "text an object");
+    p = PUT("surrogate.jsonl", "{\"label\": \"a\", \"text\": \"ok\"}\n{\"label\": \"a\", \"text\": \"x\\ud800y\"}\n");
+    CHECK(train_fails(p, o, msg("%s:2: bad JSON at byte offset 25 near '\\ud800y\"}' (expected a high surrogate "
+                                "\\uD800-\\uDBFF followed by a low one \\uDC00-\\uDFFF); each line holds one JSON "
+                                "object {\"label\": ..., \"text\": ...}", p), 0),
+          "lone surrogate escape");
     p = PUT("notext.jsonl", "{\"label\": \"a\"}\n");
     CHECK(train_fails(p, o, msg("%s:1: missing field \"text\" (expected {\"label\": ..., \"text\": ...})", p), 0),
           "missing text");

@@ -18,8 +18,9 @@ static void expect_error(const char *text, size_t want_at, const char *want_expe
 }
 
 static void test_syntax(void) {
-    const char *good[] = {"{}", " [1, -2.5e3, \"a\\u00e9\\n\", true, false, null] ", "{\"a\": {\"b\": [{}]}}", "0"};
-    for (int i = 0; i < 4; i++) {
+    const char *good[] = {"{}", " [1, -2.5e3, \"a\\u00e9\\n\", true, false, null] ", "{\"a\": {\"b\": [{}]}}", "0",
+                          "[\"\\ud83d\\ude00 \\uD83D\\uDE00\"]"};   /* a surrogate pair (an emoji) */
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         size_t at = 7;
         const char *e = "unchanged";
         CHECK(json_syntax_check(good[i], strlen(good[i]), &at, &e) == 0 && at == 7 &&
@@ -36,6 +37,15 @@ static void test_syntax(void) {
     expect_error("{\"a\": 01}", 7, "',' or '}'", "1}");
     expect_error("{\"a\": 1.}", 6, "digits after the decimal point", "1.}");
     expect_error("{\"a\": \"\\q\"}", 7, "an escape: \\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\uXXXX", "\\q\"}");
+    /* UTF-16 surrogates: a pair is one character; one alone is an error (no UTF-8 for it) */
+    expect_error("[\"a\\ud800b\"]", 3, "a high surrogate \\uD800-\\uDBFF followed by a low one \\uDC00-\\uDFFF",
+                 "\\ud800b\"]");
+    expect_error("[\"\\uD83D\\u0041\"]", 2, "a high surrogate \\uD800-\\uDBFF followed by a low one \\uDC00-\\uDFFF",
+                 "\\uD83D\\u0041\"]");
+    expect_error("[\"\\udc00\"]", 2, "no lone low surrogate: \\uDC00-\\uDFFF only after \\uD800-\\uDBFF",
+                 "\\udc00\"]");
+    expect_error("[\"\\ud800\"]", 2, "a high surrogate \\uD800-\\uDBFF followed by a low one \\uDC00-\\uDFFF",
+                 "\\ud800\"]");
     expect_error("{} x", 3, "nothing after the top-level value", "x");
     expect_error("{\"a\": [1, 2", 11, "',' or ']'", "");
     /* the excerpt stops at 24 bytes without cutting a UTF-8 character, and at the line's end */
