@@ -720,9 +720,12 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             r.epoch++;
             r.batch_pos = 0;
             if (tty) fputc('\n', stderr);
-            if (r.has_dev && cfg->eval_every == 0) {
+            /* per epoch; or, with eval_every, the end of the last epoch when its update was not
+             * just evaluated, so that the final parameters compete for model.mha too */
+            if (r.has_dev && (cfg->eval_every == 0 ||
+                              (r.epoch == cfg->epochs && r.update % cfg->eval_every != 0))) {
                 if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err))) goto out;   /* the epoch just ended */
-                if (patience_ran_out(&r)) stop = 1;
+                if (r.epoch < cfg->epochs && patience_ran_out(&r)) stop = 1;   /* not after the last */
             }
         }
         r.elapsed_before += now_s() - pg.t_start;

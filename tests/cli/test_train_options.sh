@@ -7,15 +7,16 @@ source "$(dirname "$0")/lib.sh" "$@"
 field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
 records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
 
-# ---- 1. train.eval_every=7 over 3 epochs (41 batches each): dev records at updates 7, 14, ...
+# ---- 1. train.eval_every=7 over 3 epochs (41 batches each): dev records at updates 7, 14, ...,
+# 119, and after the last update (123), none at the first two epochs' ends
 tiny_config "$TMP/cfg.json" "$TMP/every" 3
 "$TRAIN" --config "$TMP/cfg.json" --set train.eval_every=7 >"$TMP/every.out" 2>"$TMP/every.err" \
   || { cat "$TMP/every.err"; fail "training with train.eval_every=7 failed"; finish; }
 total=$(records "$TMP/every" train | wc -l)
 [ "$total" = 123 ] || fail "eval_every run: $total train records, expected 123 (3 epochs of 41 updates)"
 got=$(records "$TMP/every" dev | field update | tr '\n' ' ')
-want=$(seq 7 7 "$total" | tr '\n' ' ')
-[ "$got" = "$want" ] || fail "dev evaluations at updates '$got', expected '$want' (and none at the epochs' ends)"
+want="$(seq 7 7 "$total" | tr '\n' ' ')123 "
+[ "$got" = "$want" ] || fail "dev evaluations at updates '$got', expected '$want'"
 # each dev record names the epoch its update belongs to, as the train record of that update does
 while read -r rec; do
   u=$(field update <<<"$rec") e=$(field epoch <<<"$rec")
@@ -43,6 +44,11 @@ awk -v a="$acc" -v b="$best_acc" 'BEGIN{d=a-b; exit !(d < 1e-9 && d > -1e-9)}' \
 [ "$(records "$TMP/epochs" dev | field update | tr '\n' ' ')" = "41 82 123 " ] \
   || fail "per-epoch evaluation not at updates 41 82 123"
 [ "$(records "$TMP/epochs" dev | field epoch | tr '\n' ' ')" = "1 2 3 " ] || fail "per-epoch dev records not of epochs 1 2 3"
+
+# an eval_every that divides the run evaluates its last update once
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/every41" --set train.eval_every=41 --quiet >/dev/null 2>&1 \
+  || fail "training with train.eval_every=41 failed"
+[ "$(records "$TMP/every41" dev | field update | tr '\n' ' ')" = "41 82 123 " ] || fail "eval_every=41: not evaluated at 41 82 123 once each"
 
 # ---- 2. early stopping every N updates: lr 1e-12 leaves the dev accuracy where it is, so the
 # first evaluation (update 5) stays the best and the third after it (update 20) stops the run
