@@ -748,6 +748,14 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         r.be->to_host(r.best_params, r.model.params, pbytes);
         r.best_update = r.update;
         if ((rc = save_checkpoint(&r, "model.mha", 0, r.best_params, err))) goto out;
+    } else if (r.best_update < 0) {
+        /* a finished run resumed after its model.mha went missing: the best parameters are
+         * gone with it; the final ones, evaluated, become the model */
+        fprintf(stderr, "mha-train: note: %s/model.mha is missing (the best parameters are lost); the final "
+                "parameters, evaluated on dev, become the model\n", cfg->out_dir);
+        if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err)) ||
+            (rc = save_checkpoint(&r, "last.mha", 1, NULL, err)))
+            goto out;
     }
     fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
             r.update, r.elapsed_before, r.best_update, cfg->out_dir);

@@ -51,6 +51,15 @@ rm "$TMP/nodev/model.mha"
 cmp -s "$TMP/nodev/model.mha" "$TMP/nodev.model" && grep -q "accuracy" "$TMP/nodev.out" \
   || fail "resuming a run killed before model.mha did not save the same model.mha and the test report"
 expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/nodev/last.mha" --quiet
+# ... and with a dev set, a finished run whose model.mha went missing: the final parameters,
+# evaluated on dev, become the model (before: "best model from update -1" and no model.mha)
+cp -r "$TMP/full" "$TMP/lost" && rm "$TMP/lost/model.mha"
+"$TRAIN" --resume "$TMP/lost/last.mha" --quiet >"$TMP/lost.out" 2>"$TMP/lost.err" || fail "resume without model.mha failed"
+grep -q "model.mha is missing (the best parameters are lost); the final parameters, evaluated on dev, become the model" \
+  "$TMP/lost.err" && grep -q "best model from update 123 " "$TMP/lost.err" && [ -s "$TMP/lost/model.mha" ] \
+  && [ "$(tail -2 "$TMP/lost/metrics.jsonl" | grep -c '"update":123,')" = 2 ] \
+  || fail "finished run without model.mha: $(cat "$TMP/lost.err")"
+expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/lost/last.mha" --quiet
 # A new run in a folder that holds one is refused (exit 2), and the run is left as it was;
 # --overwrite starts over (the old checkpoints are gone at once); --overwrite with --resume
 # is a usage error.
