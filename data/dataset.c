@@ -508,7 +508,7 @@ static int read_file(Reader *r, MhaError *err) {
         if (format == FORMAT_JSONL &&
             (utf8_check(text, strlen(text)) != strlen(text) ||
              (label && utf8_check(label, strlen(label)) != strlen(label)))) {
-            /* a guard: the raw line was checked, and json_syntax_check refuses lone surrogates */
+            /* a guard: the raw line was checked, and cJSON refuses lone surrogates (json_syntax_check says why) */
             rc = mha_fail(err, MHA_EXIT_DATA,
                           "%s:%ld: a JSON string decodes to invalid UTF-8 (expected valid \\u escapes)",
                           r->path, line_no);

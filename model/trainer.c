@@ -154,19 +154,30 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
     ck.labels = r->labels;
     ck.n_params = n;
     float *params = NULL, *m = NULL, *v = NULL;
-    if (host_params) ck.params = (float *)host_params;
-    else {
-        ck.params = params = malloc(bytes);
-        r->be->to_host(params, r->model.params, bytes);
-    }
+    int rc = 0;
+    if (!host_params) ck.params = params = malloc(bytes);
+    else ck.params = (float *)host_params;
     if (with_state) {
         ck.adam_m = m = malloc(bytes);
         ck.adam_v = v = malloc(bytes);
+    }
+    if (!ck.config_json || !ck.params || (with_state && (!m || !v))) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory for a host copy of the %zu parameters; the previous "
+                      "checkpoint is untouched", path, n);
+        goto done;
+    }
+    if (params) r->be->to_host(params, r->model.params, bytes);
+    if (with_state) {
         r->be->to_host(m, r->opt.m, bytes);
         r->be->to_host(v, r->opt.v, bytes);
-        ck.state_json = state_json(r);
+        if (!(ck.state_json = state_json(r))) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory for the training state; the previous checkpoint "
+                          "is untouched", path);
+            goto done;
+        }
     }
-    int rc = checkpoint_save(path, &ck, err);
+    rc = checkpoint_save(path, &ck, err);
+done:
     free(ck.config_json);
     free(ck.state_json);
     free(params);
@@ -231,9 +242,9 @@ static int evaluate_dev(Run *r, int epoch, int quiet, MhaError *err) {
     return 0;
 }
 
-/* Early stopping: train.patience evaluations in a row without a better dev metric. Says so
- * (whether evaluations come per epoch or every train.eval_every updates). */
-static int patience_ran_out(const Run *r) {
+/* Early stopping: 1 after train.patience evaluations in a row without a better dev metric, and
+ * then says so on stderr (whether evaluations come per epoch or every train.eval_every updates). */
+static int check_patience(const Run *r) {
     const int p = r->cfg->patience;
     if (p <= 0 || r->evals_since_best < p) return 0;
     fprintf(stderr, "early stopping: no better dev %s in %d evaluation%s (train.patience); best at update %ld\n",
@@ -709,9 +720,10 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
                 if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
                 if (tty) fputc('\n', stderr);
                 if ((rc = evaluate_dev(&r, r.epoch + 1, opt->quiet, err))) goto out;   /* during epoch r.epoch + 1 */
-                if (patience_ran_out(&r)) stop = 1;
+                if (check_patience(&r)) stop = 1;
             }
-            if (g_interrupted || (opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
+            /* early stopping on the update --max-steps ends at is still the end of the run */
+            if (g_interrupted || (!stop && opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
         }
         /* before an evaluation or a checkpoint: the last update's outcome (AdamW's step count) */
         if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
@@ -725,7 +737,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             if (r.has_dev && (cfg->eval_every == 0 ||
                               (r.epoch == cfg->epochs && r.update % cfg->eval_every != 0))) {
                 if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err))) goto out;   /* the epoch just ended */
-                if (r.epoch < cfg->epochs && patience_ran_out(&r)) stop = 1;   /* not after the last */
+                if (r.epoch < cfg->epochs && check_patience(&r)) stop = 1;   /* not after the last */
             }
         }
         r.elapsed_before += now_s() - pg.t_start;

@@ -4,7 +4,7 @@
 #ifndef MHA_MODEL_TRAINER_H
 #define MHA_MODEL_TRAINER_H
 
-#include "kernels/backend.h"
+#include "data/error.h"
 #include "model/config.h"
 
 typedef struct {

@@ -68,7 +68,7 @@ void mha_attention_forward_packed_bf16(float *out, float *lse, const float *qkv,
         mha_attention_forward_fused_bf16(out, lse, qkv, lengths, B, T, C, NH, causal, p_drop, seed);
         return;
     }
-    /* out (B, T, C), lse (B, NH, T) as in layers_impl.h's fused forward */
+    /* out (B, T, C), lse (B, NH, T) as in attention_impl.h's fused forward */
     const int HS = C / NH, C3 = 3 * C, Tp = (T + 1) & ~1;
     const float scale = 1 / sqrtf((float)HS);
 #pragma omp parallel for schedule(dynamic, 1)

@@ -4,12 +4,14 @@
  * the backward), with key padding from the lengths, causal masking and attention dropout.
  *
  * A template, included by layers_impl.h (every op of a type) and by layers_f32.c alone (the
- * attention again over bf16 products). The includer defines REAL, FN, GEMM, R_EXP, R_LOG,
- * R_SQRT and MHA_CLONES as for layers_impl.h, includes scratch_impl.h first, and may define
+ * attention again over bf16 products). The includer defines REAL, FN, GEMM, R_EXP, R_LOG and
+ * R_SQRT as for layers_impl.h, includes scratch_impl.h first, and may define
+ *   MHA_CLONES        a function attribute for the row helpers (default none)
  *   ATT_GEMM          the attention's products (default GEMM), e.g. mha_sgemm_bf16
  *   MHA_ATT_BQ        query rows per block of the fused attention (default 64)
  *   MHA_ROWS_FAST_DEGREE (float only) use rows_avx512.h's softmax rows, with
- *                     mha_expf_degree of this degree (R_EXP's), on rows without dropout
+ *                     mha_expf_degree of this degree (R_EXP's), on rows without dropout,
+ *                     when MHA_ROWS_FAST() (the includer's: CPU support, not forced off)
  * Each (b, h) is one OpenMP task, with BLAS forced single-threaded for the duration. */
 #include <omp.h>
 #include <string.h>

@@ -7,12 +7,12 @@
  * reductions through memory. Here each loop runs 16 lanes at a time with a masked last
  * vector, and each reduction is folded once per row.
  *
- * Same function as the portable rows in layers_impl.h: the exp below performs
+ * Same function as the portable rows in attention_impl.h: the exp below performs
  * mha_expf_degree's operations in the same order (separate multiplies and adds, as the
  * C11 build does not contract; meson.build also says -ffp-contract=off), so each exp(s - max)
  * is the same float; the sum is reduced in another order (16 partial lanes), so the
  * probabilities and the log-sum-exp may differ by an ulp or so.
- * Included by layers_f32.c; layers_impl.h's row helpers call these at run time when the CPU
+ * Included by layers_f32.c; attention_impl.h's row helpers call these at run time when the CPU
  * has AVX-512 (mha_cpu_avx512()) and mha_rows_force_portable(1) did not switch them off;
  * tests/kernels/test_cpu_ops.c checks both paths against double and against each other. */
 #ifndef MHA_KERNELS_CPU_ROWS_AVX512_H

@@ -65,6 +65,13 @@ before=$(wc -l <"$TMP/stop/metrics.jsonl")
 expect_exit 0 'already complete \(20 updates, stopped early\)' "$TRAIN" --resume "$TMP/stop/last.mha"
 [ "$(wc -l <"$TMP/stop/metrics.jsonl")" = "$before" ] || fail "resuming a run that stopped early wrote records"
 
+# early stopping on the very update --max-steps stops at still ends the run (test report, done)
+"$TRAIN" --config "$TMP/stop.json" --set output.dir="$TMP/stopmax" --set train.lr=1e-12 --set train.eval_every=5 \
+  --set train.patience=3 --max-steps 20 --quiet >"$TMP/stopmax.out" 2>"$TMP/stopmax.err" || fail "early stop at --max-steps failed"
+grep -q 'early stopping' "$TMP/stopmax.err" && grep -q '^training done: 20 updates' "$TMP/stopmax.err" \
+  && ! grep -q '^stopped at update' "$TMP/stopmax.err" && grep -q '^accuracy ' "$TMP/stopmax.out" \
+  || fail "early stop on the --max-steps update: not reported as the end of the run: $(tail -3 "$TMP/stopmax.err")"
+
 # ---- 3. early stopping per epoch: patience 1 stops after the second epoch's evaluation
 "$TRAIN" --config "$TMP/stop.json" --set output.dir="$TMP/stop1" --set train.lr=1e-12 --set train.patience=1 \
   --quiet >/dev/null 2>"$TMP/stop1.err" || { cat "$TMP/stop1.err"; fail "per-epoch early-stopping run failed"; }
