@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tests/cli/test_train_options.sh: training options that no other test runs end to end:
 # train.eval_every (dev evaluations every N updates instead of once per epoch), train.patience
-# (early stopping, with either kind of evaluation, and a resume of a run that stopped early) and
-# --profile (its table, and updates identical to an unprofiled run's).
+# (early stopping, with either kind of evaluation, and a resume of a run that stopped early),
+# config keys whose effect only a whole run shows (vocabulary, bucketing, truncation, the
+# learning-rate schedule, weight decay's reach, max_bad_steps) and --profile (its table, and
+# updates identical to an unprofiled run's).
 source "$(dirname "$0")/lib.sh" "$@"
 field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
 records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
@@ -79,7 +81,52 @@ grep -q 'early stopping: no better dev accuracy in 1 evaluation (train.patience)
   || fail "per-epoch early stop: no message: $(tail -3 "$TMP/stop1.err")"
 [ "$(records "$TMP/stop1" train | wc -l)" = 82 ] || fail "per-epoch early stop: not 82 updates (2 epochs)"
 
-# ---- 4. --profile: the table, and the same updates as without it
+# ---- 4. config keys reach the run (each with an effect a wrong wiring would not have)
+tiny_config "$TMP/k.json" "$TMP/k" 1
+run_k() {  # run_k NAME --set ... : one epoch (41 updates) in $TMP/k-NAME, stderr in $TMP/k-NAME.err
+  local name=$1; shift
+  "$TRAIN" --config "$TMP/k.json" --set output.dir="$TMP/k-$name" "$@" >/dev/null 2>"$TMP/k-$name.err" \
+    || fail "run '$name' ($*) failed: $(tail -2 "$TMP/k-$name.err")"
+}
+vocab_of() { sed -n 's/^vocab \([0-9]*\) tokens.*/\1/p' "$TMP/k-$1.err"; }
+losses_of() { records "$TMP/k-$1" train | field loss; }
+run_k base
+run_k mincount --set data.min_count=2
+run_k maxvocab --set data.max_vocab=50
+[ "$(vocab_of mincount)" -lt "$(vocab_of base)" ] || fail "data.min_count=2: vocabulary $(vocab_of mincount), not below $(vocab_of base)"
+[ "$(vocab_of maxvocab)" = 50 ] || fail "data.max_vocab=50: vocabulary $(vocab_of maxvocab)"
+run_k random --set data.bucket=false
+pad() { sed -n 's/.*padding \([0-9.]*\)% of positions.*/\1/p' "$TMP/k-$1.err"; }
+awk -v r="$(pad random)" -v b="$(pad base)" 'BEGIN{exit !(r > 3 * b && r > 10)}' \
+  || fail "data.bucket=false: padding $(pad random)% against $(pad base)% bucketed"
+run_k head --set data.max_len=8
+run_k headtail --set data.max_len=8 --set data.truncate=head_tail
+[ "$(losses_of head)" != "$(losses_of headtail)" ] || fail "data.truncate=head_tail: the same losses as head"
+# the schedule: cosine decay to 0.2 of train.lr after a warmup of lround(0.1 x 41) = 4 updates
+run_k cosine --set train.decay=cosine --set train.min_lr_ratio=0.2 --set train.lr=0.002
+records "$TMP/k-cosine" train | awk -F'"lr":' '{ split($2, a, ","); u = NR - 1; W = 4; T = 41; lr = 0.002
+    if (u < W) want = lr * (u + 1) / W
+    else { p = (u - W) / (T - W); want = lr * (0.2 + 0.8 * 0.5 * (1 + cos(3.141592653589793 * p))) }
+    d = a[1] - want; if (d < 0) d = -d
+    if (d > 1e-6 * want) { printf "update %d: lr %s, expected %.9g\n", NR, a[1], want; bad = 1 } }
+    END { exit bad || NR != 41 }' || fail "train.decay=cosine with min_lr_ratio 0.2: learning rates off"
+# weight decay reaches the embeddings only when asked, and only matters when it is not 0
+run_k wd --set train.weight_decay=0.5
+run_k wdemb --set train.weight_decay=0.5 --set train.decay_embeddings=true
+run_k wdnorm --set train.weight_decay=0.5 --set train.decay_norms=true
+run_k emb0 --set train.weight_decay=0 --set train.decay_embeddings=true --set train.decay_norms=true
+run_k wd0 --set train.weight_decay=0
+[ "$(losses_of wd)" != "$(losses_of wdemb)" ] || fail "train.decay_embeddings=true changed nothing"
+[ "$(losses_of wd)" != "$(losses_of wdnorm)" ] || fail "train.decay_norms=true changed nothing"
+[ "$(losses_of wd0)" = "$(losses_of emb0)" ] || fail "decay_embeddings/decay_norms changed the run at weight_decay 0"
+[ "$(losses_of wd)" != "$(losses_of wd0)" ] || fail "train.weight_decay=0.5 changed nothing"
+# train.max_bad_steps: 2 non-finite updates in a row end the run
+out=$("$TRAIN" --config "$TMP/k.json" --set output.dir="$TMP/k-div" --set train.lr=1e6 --set train.clip_norm=0 \
+      --set train.max_bad_steps=2 2>&1 >/dev/null); rc=$?
+[ "$rc" = 1 ] && [ "$(grep -c 'update skipped' <<<"$out")" = 2 ] && grep -q 'training diverged' <<<"$out" \
+  || fail "train.max_bad_steps=2: exit $rc, $(grep -c 'update skipped' <<<"$out") skipped updates before the error"
+
+# ---- 5. --profile: the table, and the same updates as without it
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/prof" --max-steps 6 --profile --quiet >/dev/null \
   2>"$TMP/prof.err" || { cat "$TMP/prof.err"; fail "--profile run failed"; }
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/plain" --max-steps 6 --quiet >/dev/null 2>&1 \
