@@ -260,6 +260,15 @@ static void test_errors(void) {
     CHECK_MSG(e, "--set: unknown key 'lr' (did you mean 'train.lr'?)");
     CHECK(load_text(&c, MIN_CFG, bare_drop, 1, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "--set: unknown key 'dropout' (did you mean 'model.dropout'?)");
+    /* values longer than their field: a path, and a string with allowed values */
+    static char long_path[5100], long_pool[300];
+    snprintf(long_path, sizeof long_path, "data.train=%04900d", 7);
+    snprintf(long_pool, sizeof long_pool, "model.pooling=%0200d", 7);
+    const char *too_long_path[] = {long_path}, *too_long_pool[] = {long_pool};
+    CHECK(load_text(&c, MIN_CFG, too_long_path, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: key 'data.train': path too long (allowed: at most 4095 bytes)");
+    CHECK(load_text(&c, MIN_CFG, too_long_pool, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "\"... is not allowed (allowed: \"mean\", \"cls\", \"max\")");
     CHECK(load_text(&c, MIN_CFG, bare_foo, 1, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "--set: unknown key 'foo' (expected 'section.key' with section data, model, train or output)");
     CHECK(load_text(&c, "{\"model\": 3}", NULL, 0, &e) == MHA_EXIT_USAGE);
