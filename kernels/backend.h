@@ -206,6 +206,9 @@ typedef struct Backend {
 /* Bytes Backend.to_host_async may hold pending. */
 #define MHA_ASYNC_COPY_BYTES 4096
 
+/* Examples per batch the cuda backend takes: its attention kernels put them on gridDim.z. */
+#define MHA_CUDA_MAX_BATCH 65535
+
 #ifdef __CUDACC__
 #define MHA_HOST_DEVICE __host__ __device__
 #else

@@ -3,8 +3,8 @@
 # of lib.sh. Exit 77 (skipped) where train.device = "cuda" cannot run (no device visible, or a
 # build without CUDA). Checks:
 #  - train.device = "auto" picks cuda; a model too large for the GPU fails with exit 1 and the
-#    out-of-memory message (the size asked, batch_size and max_len to lower); a wrong
-#    MHA_CUDA_FP32_ATTENTION fails with exit 2;
+#    out-of-memory message (the size asked, batch_size and max_len to lower); a batch of more
+#    than 65535 examples and a wrong MHA_CUDA_FP32_ATTENTION fail with exit 2;
 #  - training on cuda in fp32: its losses follow the cpu run's over the first 40 updates (the
 #    same batches and dropout masks; relative gap < 1e-3, as tests/cuda/test_cuda_model.c),
 #    and so do 8 updates of five variants of the model (pooling, activation, norm, positions,
@@ -34,6 +34,11 @@ fi
 expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 4096 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/oom" --set train.batch_size=4096 \
     --set data.max_len=65536 --set model.d_model=2048 --set model.n_heads=8 --set model.d_ff=4096 --quiet
+
+# More examples per batch than the GPU's grid takes: exit 2 before anything is allocated
+expect_exit 2 "batches of 65536 examples: the cuda backend runs at most 65535 per batch \(a GPU grid limit\); use a smaller train.batch_size \(mha-predict: --batch-size\)" \
+    "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/bigbatch" --set train.batch_size=65536 --quiet
+[ ! -e "$TMP/bigbatch/last.mha" ] || fail "a refused batch size wrote a checkpoint"
 
 # A wrong MHA_CUDA_FP32_ATTENTION (the fp32 attention kernel): exit 2 with the values it takes,
 # also when the config leaves train.device at "auto" (no silent fall-back to the cpu)
