@@ -10,7 +10,7 @@
 #    and so do 8 updates of five variants of the model (pooling, activation, norm, positions,
 #    causal, the materialising attention, attention dropout, accumulation, depth 0 and 2);
 #  - a cuda run stopped mid-epoch and resumed logs the uninterrupted cuda run's losses, bit for
-#    bit (the kernels are deterministic);
+#    bit (the kernels are deterministic), and so does a run with MHA_CUDA_SYNC=1;
 #  - mha-predict --device cuda on the model trained there: the labels of --device cpu (at most
 #    2 of 120 lines may differ, near-ties) and their probabilities within 1e-4; --eval on cuda
 #    reports the cpu's accuracy;
@@ -72,6 +72,12 @@ gap=$(loss_gap "$TMP/cuda" "$TMP/cpu" 40)
 [ "$gap" != missing ] && awk -v g="$gap" 'BEGIN { exit !(g < 1e-3) }' \
   || fail "cuda losses leave the cpu run's over 40 updates: worst relative gap $gap"
 echo "fp32 cuda vs cpu, 40 updates: worst relative loss gap $gap"
+
+# MHA_CUDA_SYNC=1 (a wait after every launch, to name a failing kernel at its launch): the same
+# updates, bit for bit, as the run without it
+env MHA_CUDA_SYNC=1 "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/sync" --max-steps 5 --quiet >/dev/null \
+  2>"$TMP/sync.err" || fail "training with MHA_CUDA_SYNC=1 failed: $(tail -3 "$TMP/sync.err")"
+[ "$(losses "$TMP/sync")" = "$(losses "$TMP/cuda" | head -5)" ] || fail "MHA_CUDA_SYNC=1 changed the losses"
 
 # the model's other variants (pooling, activation, norm, positions, causal, attention path and
 # dropout, accumulation, smoothing, depth): 8 updates each on cuda and on the cpu, same losses
