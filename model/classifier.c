@@ -126,13 +126,13 @@ static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
 
 static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
                   int decay_embeddings, int decay_norms, int forward_only, MhaError *err) {
+    memset(m, 0, sizeof *m);   /* model_destroy-able on every return */
     /* The CUDA attention kernels take a batch's examples as gridDim.z, at most 65535: said
      * here, before anything is allocated, rather than as a failed launch mid-run. */
     if (strcmp(be->name, "cuda") == 0 && Bmax > MHA_CUDA_MAX_BATCH)
         return mha_fail(err, MHA_EXIT_USAGE, "batches of %d examples: the cuda backend runs at most %d per "
                         "batch (a GPU grid limit); use a smaller train.batch_size (mha-predict: --batch-size)",
                         Bmax, MHA_CUDA_MAX_BATCH);
-    memset(m, 0, sizeof *m);
     m->d = *d;
     m->be = be;
     m->Bmax = Bmax;

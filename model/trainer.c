@@ -577,9 +577,11 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
         *done = 1;
         return 0;
     }
-    if (!quiet)
+    if (!quiet && r->epoch < cfg->epochs)
         fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", rp,
                 r->update, r->epoch + 1, r->batch_pos);
+    else if (!quiet)   /* every epoch done; what is left is the model.mha of the end */
+        fprintf(stderr, "resuming %s at update %ld (after the last epoch)\n", rp, r->update);
     return 0;
 }
 

@@ -54,7 +54,9 @@ expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/nodev/last.mha" --quiet
 # ... and with a dev set, a finished run whose model.mha went missing: the final parameters,
 # evaluated on dev, become the model (before: "best model from update -1" and no model.mha)
 cp -r "$TMP/full" "$TMP/lost" && rm "$TMP/lost/model.mha"
-"$TRAIN" --resume "$TMP/lost/last.mha" --quiet >"$TMP/lost.out" 2>"$TMP/lost.err" || fail "resume without model.mha failed"
+"$TRAIN" --resume "$TMP/lost/last.mha" >"$TMP/lost.out" 2>"$TMP/lost.err" || fail "resume without model.mha failed"
+grep -q "^resuming $TMP/lost/last.mha at update 123 (after the last epoch)\$" "$TMP/lost.err" \
+  || fail "resume after the last epoch: $(grep '^resuming' "$TMP/lost.err")"
 grep -q "model.mha is missing (the best parameters are lost); the final parameters, evaluated on dev, become the model" \
   "$TMP/lost.err" && grep -q "best model from update 123 " "$TMP/lost.err" && [ -s "$TMP/lost/model.mha" ] \
   && [ "$(tail -2 "$TMP/lost/metrics.jsonl" | grep -c '"update":123,')" = 2 ] \

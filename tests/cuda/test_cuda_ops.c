@@ -487,11 +487,18 @@ static void test_pool(int B, int T, int C) {
     free(hl);
 }
 
-static void test_crossentropy(int B, int K, int with_grad) {
+/* bad_labels: example 1 has label -1 and the last label K (outside [0, K)): their losses are
+ * NaN on both backends (backend.h), their probabilities and gradients still compared */
+static void test_crossentropy(int B, int K, int with_grad, int bad_labels) {
     char name[128], n2[160];
-    snprintf(name, sizeof name, "crossentropy B=%d K=%d grad=%d", B, K, with_grad);
+    snprintf(name, sizeof name, "crossentropy B=%d K=%d grad=%d%s", B, K, with_grad,
+             bad_labels ? " labels out of range" : "");
     if (!wanted(name)) return;
     int32_t *hy = h_randint(B, 0, K - 1);
+    if (bad_labels) {
+        hy[1] = -1;
+        hy[B - 1] = K;
+    }
     Buf *y = in_i(hy, B);
     Buf *logits = in_rand((size_t)B * K, -3, 3);
     Buf *loss = out_poison(B, 4), *probs = out_poison((size_t)B * K, 4);
@@ -500,7 +507,30 @@ static void test_crossentropy(int B, int K, int with_grad) {
                       0.25f);
     gpu->crossentropy(F(loss), F(probs), with_grad ? F(dl) : NULL, F(logits), I(y), B, K, 0.1f, 0.25f);
     snprintf(n2, sizeof n2, "%s losses", name);
-    cmp_f(n2, loss, B, TOL);
+    if (bad_labels) {   /* NaN exactly at the bad labels on both; the rest compared */
+        float *hc = malloc((size_t)B * 4), *hg = malloc((size_t)B * 4);
+        cpu->to_host(hc, loss->c, (size_t)B * 4);
+        gpu->to_host(hg, loss->g, (size_t)B * 4);
+        int nan_ok = 1;
+        double worst = 0;
+        for (int b = 0; b < B; b++) {
+            const int bad = hy[b] < 0 || hy[b] >= K;
+            nan_ok &= isnan(hc[b]) == bad && isnan(hg[b]) == bad;
+            if (!bad) {
+                const double e = fabs((double)hg[b] - hc[b]) / (fabs((double)hc[b]) + 1e-30);
+                worst = e > worst ? e : worst;
+            }
+        }
+        n_checks++;
+        printf("%-4s %-64s rel %.3g, NaN at the bad labels only\n", nan_ok && worst < TOL ? "ok" : "FAIL", n2,
+               worst);
+        CHECK(nan_ok, "%s: NaN losses not exactly at the out-of-range labels", n2);
+        CHECK(worst < TOL, "%s: relative error %.3g", n2, worst);
+        free(hc);
+        free(hg);
+    } else {
+        cmp_f(n2, loss, B, TOL);
+    }
     snprintf(n2, sizeof n2, "%s probs", name);
     cmp_f(n2, probs, (size_t)B * K, TOL);
     snprintf(n2, sizeof n2, "%s dlogits", name);
@@ -790,9 +820,10 @@ int main(void) {
     test_pool(5, 11, 20);
     test_pool(3, 40, 70);
 
-    test_crossentropy(6, 7, 1);
-    test_crossentropy(3, 100, 1);
-    test_crossentropy(4, 2, 0);
+    test_crossentropy(6, 7, 1, 0);
+    test_crossentropy(3, 100, 1, 0);
+    test_crossentropy(4, 2, 0, 0);
+    test_crossentropy(5, 3, 1, 1);
 
     test_adamw(1001, 1, 1);
     test_adamw(20011, 7, 1);
