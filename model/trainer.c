@@ -246,7 +246,7 @@ static int evaluate_dev(Run *r, int epoch, int quiet, MhaError *err) {
  * then says so on stderr (whether evaluations come per epoch or every train.eval_every updates). */
 static int check_patience(const Run *r) {
     const int p = r->cfg->patience;
-    if (p <= 0 || r->evals_since_best < p) return 0;
+    if (p <= 0 || r->evals_since_best < p || r->update >= r->total_updates) return 0;   /* last: ends anyway */
     fprintf(stderr, "early stopping: no better dev %s in %d evaluation%s (train.patience); best at update %ld\n",
             r->cfg->metric, p, p == 1 ? "" : "s", r->best_update);
     return 1;
@@ -739,7 +739,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             if (r.has_dev && (cfg->eval_every == 0 ||
                               (r.epoch == cfg->epochs && r.update % cfg->eval_every != 0))) {
                 if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err))) goto out;   /* the epoch just ended */
-                if (r.epoch < cfg->epochs && check_patience(&r)) stop = 1;   /* not after the last */
+                if (check_patience(&r)) stop = 1;
             }
         }
         r.elapsed_before += now_s() - pg.t_start;

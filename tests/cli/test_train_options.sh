@@ -74,6 +74,13 @@ grep -q 'early stopping' "$TMP/stopmax.err" && grep -q '^training done: 20 updat
   && ! grep -q '^stopped at update' "$TMP/stopmax.err" && grep -q '^accuracy ' "$TMP/stopmax.out" \
   || fail "early stop on the --max-steps update: not reported as the end of the run: $(tail -3 "$TMP/stopmax.err")"
 
+# patience running out on the last update is no early stop (the run ends there anyway):
+# evaluations at 41 (best), 82 and 123 with patience 2
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/stoplast" --set train.lr=1e-12 --set train.eval_every=41 \
+  --set train.patience=2 --quiet >/dev/null 2>"$TMP/stoplast.err" || fail "patience at the last update: run failed"
+! grep -q 'early stopping' "$TMP/stoplast.err" && grep -q '^training done: 123 updates' "$TMP/stoplast.err" \
+  || fail "patience running out on the last update announced an early stop: $(tail -2 "$TMP/stoplast.err")"
+
 # ---- 3. early stopping per epoch: patience 1 stops after the second epoch's evaluation
 "$TRAIN" --config "$TMP/stop.json" --set output.dir="$TMP/stop1" --set train.lr=1e-12 --set train.patience=1 \
   --quiet >/dev/null 2>"$TMP/stop1.err" || { cat "$TMP/stop1.err"; fail "per-epoch early-stopping run failed"; }
