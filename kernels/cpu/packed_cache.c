@@ -90,10 +90,14 @@ static void cache_key_create(void) {
     if (pthread_key_create(&cache_key, cache_free) != 0) cache_key = (pthread_key_t)-1;
 }
 
-/* Has the calling thread's cache freed when the thread exits (once it holds memory). */
+/* Has the calling thread's cache freed when the thread exits (set up at its first product,
+ * then a flag test per call). */
+static _Thread_local int tl_freed_at_exit;
 static void free_at_thread_exit(PackedCache *c) {
+    if (tl_freed_at_exit) return;
     pthread_once(&cache_key_once, cache_key_create);
-    if (cache_key != (pthread_key_t)-1 && pthread_getspecific(cache_key) != c) pthread_setspecific(cache_key, c);
+    if (cache_key != (pthread_key_t)-1) pthread_setspecific(cache_key, c);
+    tl_freed_at_exit = 1;
 }
 
 unsigned long mha_packed_cache_hits(void) { return cache_hits; }
