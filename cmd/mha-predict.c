@@ -80,10 +80,15 @@ static int usage_error(const char *fmt, ...) {
 static const char *lines_word(long n) { return n == 1 ? "line" : "lines"; }
 static const char *was_were(long n) { return n == 1 ? "was" : "were"; }
 
-static int parse_int(const char *s, int lo, int *out) {
+#define MAX_COUNT_OPTION 1000000           /* --top-k, --batch-size, --batch-tokens */
+#define MAX_THREADS_OPTION MHA_MAX_THREADS   /* --threads, as train.threads */
+
+/* *out = s, an integer in [lo, hi]; -1 when s is anything else. */
+static int parse_int(const char *s, int lo, int hi, int *out) {
     char *end;
+    errno = 0;
     long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > 1000000) return -1;
+    if (*s == 0 || *end || errno || v < lo || v > hi) return -1;
     *out = (int)v;
     return 0;
 }
@@ -523,14 +528,15 @@ static int set_value(Args *a, const char *opt, const char *v) {
     else if (!strcmp(opt, "--format")) { a->format = v; a->prediction_option = "--format"; }
     else if (!strcmp(opt, "--top-k")) {
         a->prediction_option = "--top-k";
-        if (parse_int(v, 1, &a->top_k)) return usage_error("--top-k '%s': expected a positive integer", v);
+        if (parse_int(v, 1, MAX_COUNT_OPTION, &a->top_k))
+            return usage_error("--top-k '%s': expected an integer from 1 to %d", v, MAX_COUNT_OPTION);
     }
-    else if (!strcmp(opt, "--batch-size") && parse_int(v, 1, &a->batch_size))
-        return usage_error("--batch-size '%s': expected a positive integer", v);
-    else if (!strcmp(opt, "--batch-tokens") && parse_int(v, 0, &a->batch_tokens))
-        return usage_error("--batch-tokens '%s': expected a non-negative integer (0: no cap)", v);
-    else if (!strcmp(opt, "--threads") && parse_int(v, 0, &a->threads))
-        return usage_error("--threads '%s': expected a non-negative integer", v);
+    else if (!strcmp(opt, "--batch-size") && parse_int(v, 1, MAX_COUNT_OPTION, &a->batch_size))
+        return usage_error("--batch-size '%s': expected an integer from 1 to %d", v, MAX_COUNT_OPTION);
+    else if (!strcmp(opt, "--batch-tokens") && parse_int(v, 0, MAX_COUNT_OPTION, &a->batch_tokens))
+        return usage_error("--batch-tokens '%s': expected an integer from 0 (no cap) to %d", v, MAX_COUNT_OPTION);
+    else if (!strcmp(opt, "--threads") && parse_int(v, 0, MAX_THREADS_OPTION, &a->threads))
+        return usage_error("--threads '%s': expected an integer from 0 (all cores) to %d", v, MAX_THREADS_OPTION);
     return 0;
 }
 
@@ -609,6 +615,7 @@ static int check_args(Args *a, int *input_format) {
 }
 
 int main(int argc, char **argv) {
+    mha_guard_std_fds();
     mha_cpu_prefer_passive_wait(argv);
     Args a;
     int input_format = FORMAT_AUTO, rc;

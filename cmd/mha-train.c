@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
             "                     paths are relative to the working directory\n"
             "  --overwrite        start over in an output.dir that holds a run (else refused)\n"
             "  --resume FILE      continue a run from its last.mha, in the folder that holds it\n"
+            "                     (a run folder stands for its last.mha)\n"
             "  --max-steps N      stop after N updates in total, saving last.mha\n"
             "  --quiet            no resolved config and no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
@@ -68,6 +70,7 @@ static int unknown_option(const char *arg) {
 }
 
 int main(int argc, char **argv) {
+    mha_guard_std_fds();
     mha_cpu_prefer_passive_wait(argv);
     const char *config_path = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
@@ -121,6 +124,13 @@ int main(int argc, char **argv) {
         free(sets);
         return usage_error("%s", "--resume continues with the config stored in the checkpoint; "
                            "do not combine it with --config or --set");
+    }
+    char resume_in_dir[4200];
+    struct stat st;
+    if (opt.resume_path && stat(opt.resume_path, &st) == 0 && S_ISDIR(st.st_mode)) {   /* --resume RUN_DIR */
+        snprintf(resume_in_dir, sizeof resume_in_dir, "%s%slast.mha", opt.resume_path,
+                 opt.resume_path[strlen(opt.resume_path) - 1] == '/' ? "" : "/");
+        opt.resume_path = resume_in_dir;
     }
     Config cfg;
     MhaError err = {0};

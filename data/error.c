@@ -1,8 +1,12 @@
-/* data/error.c: filling an MhaError; suggesting the name a user meant. */
+/* data/error.c: filling an MhaError; suggesting the name a user meant; standard streams
+ * closed by the caller. */
 #include "data/error.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 int mha_fail(MhaError *err, int code, const char *fmt, ...) {
     if (err) {
@@ -54,4 +58,17 @@ const char *mha_did_you_mean(const char *typed, const char *const *names, int n)
         if (d < best_d) best_d = d, best = i;
     }
     return best >= 0 && mha_close_enough(best_d, typed) ? names[best] : NULL;
+}
+
+void mha_guard_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        /* opened the wrong way round on purpose: a read of stdin or a write of stdout or
+         * stderr still fails (EBADF), as it would on the closed stream */
+        int n = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
 }

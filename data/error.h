@@ -24,4 +24,10 @@ const char *mha_did_you_mean(const char *typed, const char *const *names, int n)
 /* Index of name in names[0..n) (exact match), or -1: the programs' option tables. */
 int mha_name_index(const char *name, const char *const *names, int n);
 
+/* Standard input, output or error closed by the caller (`prog >&-`): opened on /dev/null so
+ * that no file the program opens gets their number (a report meant for standard output would
+ * land in it), the wrong way round so that using the stream still fails as on a closed one.
+ * The programs call it first thing. */
+void mha_guard_std_fds(void);
+
 #endif

@@ -118,7 +118,7 @@ static const KeyDesc KEYS[] = {
      "micro-batches summed into one update"},
     {"train.seed", T_INT, FIELD(seed), 42, NULL, 0, 0, 0, NULL,
      "random seed (initialisation, shuffling, dropout)"},
-    {"train.threads", T_INT, FIELD(threads), 0, NULL, CLOSED, 0, 4096, NULL,
+    {"train.threads", T_INT, FIELD(threads), 0, NULL, CLOSED, 0, MHA_MAX_THREADS, NULL,
      "CPU threads; 0 = all cores"},
     {"train.lr", T_FLOAT, FIELD(lr), 5e-4, NULL, POSITIVE, 0, 0, NULL,
      "peak learning rate"},
@@ -607,9 +607,11 @@ static void divisor_examples(int d, int near, char *buf, size_t n) {
         used += (size_t)snprintf(buf + used, n - used, "%s%d", j ? ", " : "", picks[j]);
 }
 
-/* Validate c; on error *bad = index of the key the message is about. No location prefix. */
-static int validate(const Config *c, MhaError *err, int *bad) {
+/* Validate c; on error *bad = index of the key the message is about and *other = that of the
+ * second key of a relation between two (else -1). No location prefix. */
+static int validate(const Config *c, MhaError *err, int *bad, int *other) {
     char text[64];
+    *other = -1;
     for (int i = 0; i < NKEYS; i++) {
         const KeyDesc *k = &KEYS[i];
         *bad = i;
@@ -651,7 +653,12 @@ static int validate(const Config *c, MhaError *err, int *bad) {
     if (!c->train[0])
         return failf(err, NULL, "key 'data.train' is required (the training file; set it in "
                      "the config or with --set data.train=FILE)");
+    *bad = find_key("output.dir");
+    if (!c->out_dir[0])
+        return failf(err, NULL, "key 'output.dir' is empty (expected the folder for the run's "
+                     "checkpoints and metrics)");
     *bad = find_key("model.n_heads");
+    *other = find_key("model.d_model");
     if (c->d_model % c->n_heads != 0) {
         char ex[64];
         divisor_examples(c->d_model, c->n_heads, ex, sizeof ex);
@@ -659,16 +666,24 @@ static int validate(const Config *c, MhaError *err, int *bad) {
                      "(allowed: a divisor of d_model, e.g. %s)", c->n_heads, c->d_model, ex);
     }
     *bad = find_key("data.max_len");
+    *other = find_key("model.pooling");
     if (strcmp(c->pooling, "cls") == 0 && c->max_len < 2)
         return failf(err, NULL, "key 'data.max_len': %d leaves no room for text after [CLS] "
                      "with model.pooling = \"cls\" (allowed: >= 2)", c->max_len);
+    *bad = find_key("model.causal");
+    *other = find_key("model.pooling");
+    if (c->causal && strcmp(c->pooling, "cls") == 0)
+        return failf(err, NULL, "key 'model.causal': true with model.pooling = \"cls\" would let "
+                     "[CLS], the first position, attend only to itself, so the classifier could not see "
+                     "the text (allowed with causal: pooling \"mean\" or \"max\")");
     *bad = find_key("train.warmup");
+    *other = -1;
     if (c->warmup >= 1 && c->warmup != floorf(c->warmup)) {
         fmt_float(text, sizeof text, c->warmup);
         return failf(err, NULL, "key 'train.warmup': %s is not allowed (allowed: a fraction "
                      "0 <= value < 1, or a whole number of updates >= 1)", text);
     }
-    *bad = -1;
+    *bad = *other = -1;
     return 0;
 }
 
@@ -689,8 +704,8 @@ void config_defaults(Config *c) {
 }
 
 int config_validate(const Config *c, MhaError *err) {
-    int bad;
-    return validate(c, err, &bad);
+    int bad, other;
+    return validate(c, err, &bad, &other);
 }
 
 static int read_file(const char *path, char **out, size_t *out_len, MhaError *err) {
@@ -782,15 +797,16 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     if (c->out_dir[0] != '/' && resolve_path(out, sizeof out, cwd, c->out_dir) == 0)
         snprintf(c->out_dir, sizeof c->out_dir, "%s", out);
 
-    int bad = -1;
+    int bad = -1, other = -1;
     MhaError tmp;
-    rc = validate(c, &tmp, &bad);
+    rc = validate(c, &tmp, &bad, &other);
+    if (!rc) return 0;
+    if (bad >= 0 && from_set[bad]) return failf(err, "--set", "%s", tmp.msg);
     char where[4200];
-    if (rc)
-        return failf(err, bad >= 0 && from_set[bad] ? "--set"
-                                                    : at_line(where, sizeof where, path, bad >= 0 ? key_lines[bad] : 0),
-                     "%s", tmp.msg);
-    return 0;
+    at_line(where, sizeof where, path, bad >= 0 ? key_lines[bad] : 0);
+    if (other >= 0 && from_set[other])   /* the file's key is fine alone: say what changed it */
+        return failf(err, where, "%s (%s comes from --set)", tmp.msg, KEYS[other].name);
+    return failf(err, where, "%s", tmp.msg);
 }
 
 int config_from_json(Config *c, const char *json, const char *base_dir, MhaError *err) {
@@ -799,9 +815,9 @@ int config_from_json(Config *c, const char *json, const char *base_dir, MhaError
     if (!json) return failf(err, loc, "missing");
     int rc = apply_text(c, json, strlen(json), base_dir, loc, NULL, err);   /* its lines mean nothing to a user */
     if (rc) return rc;
-    int bad;
+    int bad, other;
     MhaError tmp;
-    rc = validate(c, &tmp, &bad);
+    rc = validate(c, &tmp, &bad, &other);
     if (rc) return failf(err, loc, "%s", tmp.msg);
     return 0;
 }

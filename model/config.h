@@ -9,6 +9,9 @@
 #include "data/dataset.h"
 #include "data/error.h"
 
+/* The most CPU threads train.threads and mha-predict --threads accept. */
+#define MHA_MAX_THREADS 4096
+
 typedef struct {
     /* data */
     char train[4096], dev[4096], test[4096];  /* resolved paths ("" when absent) */

@@ -48,6 +48,10 @@ int run_dir_lock(const char *dir, MhaError *err) {
         if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return mha_fail(err, MHA_EXIT_USAGE, "%s: output.dir names a file, not a folder (choose another "
+                        "output.dir)", dir);
     snprintf(path, sizeof path, "%s/.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));

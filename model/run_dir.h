@@ -15,7 +15,10 @@ int run_dir_lock(const char *dir, MhaError *err);
 
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
  * mistyped command does not replace a trained model.mha and a resumable last.mha. With
- * overwrite (the user starts over) both are removed at once, so neither outlives its run. */
+ * overwrite (the user starts over) both are removed at once, so neither outlives its run;
+ * the trainer does that only once the new run has read its data and built its model, so
+ * that a mistake found on the way (a mistyped path, bad data, too little memory) leaves
+ * the earlier run whole. */
 int run_dir_claim(const char *dir, int overwrite, MhaError *err);
 
 /* The canonical absolute folder of an existing file (links resolved: a linked last.mha

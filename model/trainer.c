@@ -120,8 +120,10 @@ static int best_model_saved(const char *best_path, size_t n_params, float *param
 }
 
 /* Before any data is read: a finished run says so at once (reading shopping10 alone takes a
- * second). Anything unexpected in the state is left to the full check after loading. */
-static int complete_before_loading(const Checkpoint *resume, const Config *cfg, const char *resume_path) {
+ * second), as does one already at the update --max-steps (max_steps > 0) stops at. Anything
+ * unexpected in the state is left to the full check after loading. */
+static int complete_before_loading(const Checkpoint *resume, const Config *cfg, const char *resume_path,
+                                   long max_steps) {
     cJSON *st = cJSON_Parse(resume->state_json);
     double upd, ep, bu, esb;
     MhaError ignore;
@@ -137,6 +139,10 @@ static int complete_before_loading(const Checkpoint *resume, const Config *cfg, 
         if (!best_saved) bu = -1;
         if (run_complete(cfg, (int)ep, (int)esb, (long)bu, cfg->dev[0] != '\0', best_saved)) {
             say_complete(resume_path, (long)upd, (int)ep >= cfg->epochs, best_path);
+            done = 1;
+        } else if (max_steps > 0 && upd >= (double)max_steps) {
+            fprintf(stderr, "mha-train: %s is at update %.0f, where --max-steps %ld stops; nothing to do "
+                    "(a larger --max-steps, or none, goes on)\n", resume_path, upd, max_steps);
             done = 1;
         }
     }
@@ -487,7 +493,8 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
  * the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
  * complete: said, nothing to do) or an exit code with err filled; *resume is freed on every
  * path that does not return 0 with *done clear. */
-static int open_resume(const char *path, Config *cfg, Checkpoint *resume, int *done, MhaError *err) {
+static int open_resume(const char *path, long max_steps, Config *cfg, Checkpoint *resume, int *done,
+                       MhaError *err) {
     int rc;
     *done = 0;
     if ((rc = checkpoint_load(path, resume, err))) return rc;
@@ -518,7 +525,7 @@ static int open_resume(const char *path, Config *cfg, Checkpoint *resume, int *d
                 "started with output.dir %s)\n", dir, path, cfg->out_dir);
         snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
     }
-    if (complete_before_loading(resume, cfg, path)) {
+    if (complete_before_loading(resume, cfg, path, max_steps)) {
         checkpoint_free(resume);
         *done = 1;
     }
@@ -615,14 +622,16 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     if (opt->resume_path) {
         int done;
-        if ((rc = open_resume(opt->resume_path, cfg, &resume, &done, err)) || done) return rc;
+        if ((rc = open_resume(opt->resume_path, opt->max_steps, cfg, &resume, &done, err)) || done) return rc;
         have_resume = 1;
     }
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
     const Backend *unprofiled = r.be;
     if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = run_dir_lock(cfg->out_dir, err))) goto out;
-    if (!have_resume && (rc = run_dir_claim(cfg->out_dir, opt->overwrite, err))) goto out;
+    /* a new run in a folder holding one: refused here, before the data is read; with
+     * --overwrite, the earlier run's checkpoints go only once this run is ready to train */
+    if (!have_resume && !opt->overwrite && (rc = run_dir_claim(cfg->out_dir, 0, err))) goto out;
     if (!opt->quiet) {
         char *cj = config_to_json(cfg);
         fprintf(stderr, "mha-train: resolved config\n%s\n", cj);
@@ -671,6 +680,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s%s\n", r.model.lay.total, r.be->name,
                 r.be->bf16 ? " (bf16 mixed precision)" : "", d.fused_attention ? "fused" : "math", kernel);
     }
+
+    if (!have_resume && opt->overwrite && (rc = run_dir_claim(cfg->out_dir, 1, err))) goto out;
 
     char log_path[4300];
     snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->out_dir);

@@ -88,4 +88,21 @@ first=$((${last:-0} - 4))
 logged=$(grep -c '"type":"train"' "$TMP/div/metrics.jsonl")
 [ "$logged" = $((${last:-0} - 1)) ] || fail "metrics.jsonl has $logged train records, expected $((${last:-0} - 1))"
 [ "$(grep -c '"skipped":true' "$TMP/div/metrics.jsonl")" = 4 ] || fail "metrics.jsonl: not 4 skipped records"
+# [CLS] under a causal mask sees only itself: refused (before: a model that ignored its text)
+expect_exit 2 "key 'model.causal': true with model.pooling = \"cls\" would let \[CLS\], the first position, attend only to itself" \
+  "$TRAIN" --config "$TMP/c.json" --set model.causal=true --set model.pooling=cls
+# a relation broken by --set names the file's line and the --set that broke it
+expect_exit 2 "c.json:[0-9]+: key 'model.n_heads': 2 does not divide model.d_model = 15 .* \(model.d_model comes from --set\)" \
+  "$TRAIN" --config "$TMP/c.json" --set model.d_model=15
+expect_exit 2 "key 'output.dir' is empty" "$TRAIN" --config "$TMP/c.json" --set output.dir=
+touch "$TMP/afile"
+expect_exit 2 "$TMP/afile: output.dir names a file, not a folder \(choose another output.dir\)" \
+  "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile"
+# standard output closed: the report fails loudly, and nothing lands in a file the run opened
+# (before: the test report was written into OUTPUT_DIR/.lock, exit 0)
+rc=0; "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/closed" --set train.epochs=1 --quiet >&- 2>"$TMP/e" || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot write the report to standard output" "$TMP/e" && [ ! -s "$TMP/closed/.lock" ] \
+  || fail "training with stdout closed: exit $rc, $(cat "$TMP/e"), .lock holds $(wc -c <"$TMP/closed/.lock") bytes"
+rc=0; "$PREDICT" --model "$TMP/closed/last.mha" data/sample/test.tsv >&- 2>"$TMP/e" || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot write predictions to standard output" "$TMP/e" || fail "predict with stdout closed: exit $rc, $(cat "$TMP/e")"
 finish

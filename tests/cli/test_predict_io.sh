@@ -95,8 +95,11 @@ cmp -s "$TMP/pbom" "$TMP/pnobom" && grep -q "read as fastText (line 1 starts wit
 { head -3 data/sample/dev.tsv; sed -n 4p "$TMP/plain.txt"; } | "$PREDICT" --model "$M" 2>/dev/null | sed -n 4p >"$TMP/pmix"
 [ -s "$TMP/pmix" ] && cmp -s "$TMP/pmix" <(sed -n 4p "$TMP/p1") || fail "a plain line among TSV lines not read as its text"
 expect_exit 2 "--input-format 'xml': expected auto, plain, tsv, fasttext or jsonl" "$PREDICT" --model "$M" --input-format xml
-expect_exit 2 "--batch-size '0': expected a positive integer" "$PREDICT" --model "$M" --batch-size 0
-expect_exit 2 "--threads 'two': expected a non-negative integer" "$PREDICT" --model "$M" --threads two
+expect_exit 2 "--batch-size '0': expected an integer from 1 to 1000000" "$PREDICT" --model "$M" --batch-size 0
+expect_exit 2 "--batch-size '2147483647': expected an integer from 1 to 1000000" "$PREDICT" --model "$M" --batch-size 2147483647
+expect_exit 2 "--threads 'two': expected an integer from 0 \(all cores\) to 4096" "$PREDICT" --model "$M" --threads two
+# (before: up to 1000000 threads were started, and 100000 crashed in the OpenMP runtime)
+expect_exit 2 "--threads '100000': expected an integer from 0 \(all cores\) to 4096" "$PREDICT" --model "$M" --threads 100000
 expect_exit 2 "--device 'gpu': expected cpu, cuda or auto" "$PREDICT" --model "$M" --device gpu
 expect_exit 2 "unknown option '--frobnicate'" "$PREDICT" --model "$M" --frobnicate
 expect_exit 2 "--input-format plain goes with predictions: --eval needs labelled lines" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --input-format plain
@@ -150,8 +153,8 @@ for model in "$M" "$TMP/m64/model.mha"; do
     done
   done
 done
-expect_exit 2 "--batch-tokens '-5': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens -5
-expect_exit 2 "--batch-tokens 'x': expected a non-negative integer" "$PREDICT" --model "$M" --batch-tokens=x
+expect_exit 2 "--batch-tokens '-5': expected an integer from 0 \(no cap\) to 1000000" "$PREDICT" --model "$M" --batch-tokens -5
+expect_exit 2 "--batch-tokens 'x': expected an integer from 0 \(no cap\) to 1000000" "$PREDICT" --model "$M" --batch-tokens=x
 cmp -s <("$PREDICT" --model "$M" --eval=data/sample/dev.tsv --input-format=tsv --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
   || fail "--eval=FILE differs from --eval FILE"
 expect_exit 2 "--json takes no value \(got '--json=1'" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --json=1

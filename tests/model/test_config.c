@@ -178,15 +178,27 @@ static void test_paths(void) {
 static void test_overrides(void) {
     Config c;
     MhaError e;
+    char want[1024];
     const char *ov[] = {"model.d_model=256", "model.n_heads=8", "train.lr=0.002",
-                        "data.nfkc=false", "model.causal=1", "model.pooling=cls",
+                        "data.nfkc=false", "model.causal=1", "model.pooling=max",
                         "train.seed=-7", "train.epochs=1e1", "train.lr=3e-3"};
     CHECK(load_text(&c, MIN_CFG, ov, 9, &e) == 0);
     CHECK(c.d_model == 256 && c.n_heads == 8);
     CHECK(c.lr == 3e-3f);  /* the later override wins */
     CHECK(c.nfkc == 0 && c.causal == 1);
-    CHECK(strcmp(c.pooling, "cls") == 0);
+    CHECK(strcmp(c.pooling, "max") == 0);
     CHECK(c.seed == -7 && c.epochs == 10);
+
+    /* a relation broken by --set: the file's line is named, and the --set that broke it */
+    const char *odd_width[] = {"model.d_model=15"};
+    CHECK(load_text(&c, "{\"data\": {\"train\": \"t\"},\n \"model\": {\"n_heads\": 2}}", odd_width, 1, &e) ==
+          MHA_EXIT_USAGE);
+    snprintf(want, sizeof want, "%s/c.json:2: key 'model.n_heads': 2 does not divide model.d_model = 15 "
+             "(allowed: a divisor of d_model, e.g. 1, 3, 5, 15) (model.d_model comes from --set)", tmpdir);
+    CHECK_MSG(e, want);
+    const char *odd_heads[] = {"model.n_heads=3"};   /* the key of the message itself from --set */
+    CHECK(load_text(&c, MIN_CFG, odd_heads, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: key 'model.n_heads': 3 does not divide");
 
     const char *bad1[] = {"x"};
     CHECK(load_text(&c, MIN_CFG, bad1, 1, &e) == MHA_EXIT_USAGE);
@@ -348,6 +360,12 @@ static void test_errors(void) {
     CHECK_MSG(e, "key 'data.max_len': 1 leaves no room for text after [CLS] with model.pooling = \"cls\" "
                  "(allowed: >= 2)");
     c.max_len = 2;
+    CHECK(config_validate(&c, &e) == 0);
+    c.causal = 1;   /* [CLS] would see only itself */
+    CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "key 'model.causal': true with model.pooling = \"cls\" would let [CLS], the first position, "
+                 "attend only to itself");
+    strcpy(c.pooling, "mean");
     CHECK(config_validate(&c, &e) == 0);
 }
 
