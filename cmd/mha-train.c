@@ -130,6 +130,12 @@ int main(int argc, char **argv) {
     if (opt.resume_path && stat(opt.resume_path, &st) == 0 && S_ISDIR(st.st_mode)) {   /* --resume RUN_DIR */
         snprintf(resume_in_dir, sizeof resume_in_dir, "%s%slast.mha", opt.resume_path,
                  opt.resume_path[strlen(opt.resume_path) - 1] == '/' ? "" : "/");
+        if (stat(resume_in_dir, &st) != 0) {
+            fprintf(stderr, "mha-train: error: %s: a folder without a last.mha (--resume takes a run's "
+                    "last.mha, or the folder that holds it)\n", opt.resume_path);
+            free(sets);
+            return MHA_EXIT_DATA;
+        }
         opt.resume_path = resume_in_dir;
     }
     Config cfg;

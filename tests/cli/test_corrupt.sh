@@ -55,7 +55,10 @@ for src in "$M" "$L"; do
     check "$d/flip$k.mha" "checksum mismatch"
   done
 done
-mkdir -p "$TMP/folder.mha";     check "$TMP/folder.mha" "not a regular file"
+mkdir -p "$TMP/folder.mha"
+expect_exit 1 "not a regular file" "$PREDICT" --model "$TMP/folder.mha" - </dev/null
+expect_exit 1 "$TMP/folder.mha: a folder without a last.mha \(--resume takes a run's last.mha, or the folder that holds it\)" \
+  "$TRAIN" --resume "$TMP/folder.mha" --quiet
 mkfifo "$TMP/fifo.mha";         check "$TMP/fifo.mha" "not a regular file"   # must not wait for a writer
 check /dev/null "not a regular file"
 check "$TMP/missing.mha" "cannot open checkpoint"
