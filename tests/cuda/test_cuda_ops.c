@@ -120,7 +120,7 @@ static void test_linear_post(const Backend *g, const char *tag, int N, int IC, i
  * emulation rounds the GEMMs' operands to tf32 in that mode. NVIDIA_TF32_OVERRIDE=0 (the
  * driver's switch that forbids TF32) skips the "TF32 used" half. */
 #define TF32_TOL 1e-3
-static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
+static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS, int probe_n) {
     char name[160], n2[220], why[256];
     snprintf(name, sizeof name, "tf32 linear N=%d IC=%d OC=%d, attention math B=%d T=%d NH=%d HS=%d",
              N, IC, OC, B, T, NH, HS);
@@ -135,8 +135,10 @@ static void test_tf32(int N, int IC, int OC, int B, int T, int NH, int HS) {
     Buf *len = in_i(hl, B), *qkv = in_qkv(B, T, C, 0, 0);
     Buf *aout = out_poison(nout, 4), *att = out_poison(natt, 4);
     Buf *adout = in_rand(nout, -1, 1), *dqkv = in_rand(nqkv, -1, 1), *datt = out_poison(natt, 4);
-    /* the exact probe: (256, 128) of 1 + 2^-12 times (256, 128) of ones; what it must give */
-    enum { PN = 256, PK = 128, PO = 256 };
+    /* the exact probe: (probe, 128) of 1 + 2^-12 times (probe, 128) of ones; what it must give.
+     * CUBLAS_TF32_TENSOR_OP_MATH allows TF32 and leaves the kernel to cuBLAS's heuristics: on a
+     * GPU the probe is large (2048 x 2048 x 128), where a tensor-core kernel is the sure pick */
+    const int PN = probe_n, PK = 128, PO = probe_n;
     const size_t np = (size_t)PN * PO;
     float *ph = malloc(np * 4);
     for (size_t i = 0; i < np; i++) ph[i] = 1.0f + 0x1p-12f;
@@ -756,8 +758,8 @@ int main(void) {
         else printf("bf16 linear_forward_post: skipped (%s)\n", why);
     }
 
-    if (emu) test_tf32(64, 40, 48, 2, 20, 2, 8);
-    else test_tf32(512, 128, 384, 4, 128, 4, 32);
+    if (emu) test_tf32(64, 40, 48, 2, 20, 2, 8, 256);
+    else test_tf32(512, 128, 384, 4, 128, 4, 32, 2048);
 
     test_embed(3, 9, 16, 11, 1);
     test_embed(2, 5, 7, 3, 0);
