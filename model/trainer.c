@@ -53,6 +53,7 @@ typedef struct {
     float *best_params;                   /* host copy of the best parameters */
     FILE *metrics_log;
     int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
+    long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
     double elapsed_before;                /* training seconds in earlier runs (resume) */
 } Run;
 
@@ -67,6 +68,10 @@ static char *state_json(const Run *r) {
     cJSON_AddNumberToObject(o, "evals_since_best", r->evals_since_best);
     cJSON_AddNumberToObject(o, "bad_steps", r->bad_steps);
     cJSON_AddNumberToObject(o, "elapsed", r->elapsed_before);
+    /* the log's size now: records after it (of a run killed before its next save) are dropped
+     * on resume, which writes them again */
+    long log_bytes = r->metrics_log && !r->metrics_failed ? ftell(r->metrics_log) : -1;
+    cJSON_AddNumberToObject(o, "metrics_bytes", (double)log_bytes);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
@@ -212,6 +217,30 @@ static void log_record(Run *r, cJSON *rec) {
     }
     free(s);
     cJSON_Delete(rec);
+}
+
+/* Resume: the records metrics.jsonl got after last.mha was saved (a run killed mid-epoch)
+ * are removed, since the resumed run writes them again; a log shorter than at the save
+ * (edited by hand) is left alone. */
+static void drop_unsaved_records(Run *r, const char *log_path) {
+    const long keep = r->metrics_saved_bytes;
+    if (keep < 0 || fseek(r->metrics_log, 0, SEEK_END) != 0) return;
+    const long size = ftell(r->metrics_log);
+    if (size <= keep) return;
+    FILE *f = fopen(log_path, "r");
+    long records = 0;
+    if (f && fseek(f, keep, SEEK_SET) == 0)
+        for (int ch; (ch = getc(f)) != EOF;) records += ch == '\n';
+    if (f) fclose(f);
+    if (ftruncate(fileno(r->metrics_log), (off_t)keep) != 0) {
+        fprintf(stderr, "mha-train: warning: %s: cannot remove the %ld records written after last.mha was saved "
+                "(%s); they will appear twice\n", log_path, records, strerror(errno));
+        return;
+    }
+    fseek(r->metrics_log, 0, SEEK_END);
+    fprintf(stderr, "mha-train: note: %s: removed %ld record%s written after last.mha was saved (the run "
+            "stopped without saving); the resumed run writes them again\n", log_path, records,
+            records == 1 ? "" : "s");
 }
 
 /* Dev evaluation during epoch `epoch` (1-based, as in the train records); keeps the best
@@ -569,6 +598,8 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
     r->evals_since_best = (int)esb;
     r->bad_steps = (int)bad;
     r->elapsed_before = json_num(st, "elapsed", 0);
+    double mb = json_num(st, "metrics_bytes", -1);
+    r->metrics_saved_bytes = mb >= 0 && mb <= (double)LONG_MAX && mb == floor(mb) ? (long)mb : -1;
     if (!isfinite(r->elapsed_before) || r->elapsed_before < 0) r->elapsed_before = 0;
     if (!isfinite(r->best_metric)) r->best_update = -1;   /* no usable best so far */
     cJSON_Delete(st);
@@ -690,6 +721,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot open for writing (%s)", log_path, strerror(errno));
         goto out;
     }
+    if (have_resume) drop_unsaved_records(&r, log_path);
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

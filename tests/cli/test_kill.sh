@@ -4,7 +4,7 @@
 # every kill: last.mha and model.mha, where present, load in mha-predict; the next run
 # resumes (the dead run's lock never blocks it); a stray ".NAME.tmp.PID" is never read as a
 # checkpoint and the next run removes it (one of a running process is left alone). At the
-# end --resume finishes the run. MHA_KILL_TRIALS (default 24), MHA_KILL_SEED (random).
+# end --resume finishes the run, and metrics.jsonl holds each record once. MHA_KILL_TRIALS (default 24), MHA_KILL_SEED (random).
 source "$(dirname "$0")/lib.sh" "$@"
 trials=${MHA_KILL_TRIALS:-24}
 seed=${MHA_KILL_SEED:-$$}
@@ -61,6 +61,12 @@ if [ -f "$OUT/last.mha" ]; then args=(--resume "$OUT/last.mha"); else args=(--co
 "$TRAIN" "${args[@]}" --quiet >/dev/null 2>"$TMP/final.err" || fail "final mha-train ${args[*]} failed: $(tail -5 "$TMP/final.err")"
 grep -q "training done" "$TMP/final.err" || fail "final run did not finish: $(tail -3 "$TMP/final.err")"
 "$PREDICT" --model "$OUT/model.mha" - <<<"这家酒店很好" >/dev/null || fail "model.mha of the finished run does not load"
+# metrics.jsonl after all the kills: every update's train and dev record once, in order (a
+# resume drops the records written after the last save, which it writes again)
+for type in train dev; do
+  ups=$(grep "\"type\":\"$type\"" "$OUT/metrics.jsonl" | sed 's/.*"update":\([0-9]*\),.*/\1/' | tr '\n' ' ')
+  [ "$ups" = "$(seq -s ' ' 1 60) " ] || fail "metrics.jsonl $type records: not updates 1..60 once each: $ups"
+done
 left=$(stray_files)
 [ "$left" = "$OUT/.last.mha.tmp.$live" ] || fail "temporary files after the final run: '${left:-none}' (expected only the live process's one)"
 grep -q "removed .* temporary checkpoint file" "$TMP/final.err" || fail "the final run did not report removing stale temporary files"
