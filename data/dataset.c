@@ -598,6 +598,19 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
     v = vocab_build(r.tok_count, min_count, max_vocab);
     if (!v) goto nomem;
     int nt = vocab_counter_size(r.tok_count);
+    if (vocab_size(v) == VOCAB_RESERVED && nt > 0) {   /* every token below min_count: a model of [UNK]s */
+        long most = 0, count;
+        for (int i = 0; i < nt; i++) {
+            vocab_counter_token(r.tok_count, i, NULL, &count);
+            if (count > most) most = count;
+        }
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: data.min_count = %d leaves no token in the vocabulary (the "
+                      "most frequent of the %d distinct tokens occurs %ld times; expected data.min_count <= %ld)",
+                      path, min_count, nt, most, most);
+        dataset_free(out);
+        labelmap_free(labels);
+        goto done;
+    }
     for (int i = 0; i < nt; i++) {
         int len;
         const char *s = vocab_counter_token(r.tok_count, i, &len, NULL);
@@ -631,6 +644,22 @@ int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err) {
     Reader r = {.path = path, .o = o, .d = out, .vocab = vocab, .labels = labels};
     return read_file(&r, err);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t dataset_fingerprint(const Dataset *d) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const int64_t n = d->n;
+    h = fnv1a(h, &n, sizeof n);
+    if (d->n <= 0) return h;
+    h = fnv1a(h, d->labels, (size_t)d->n * sizeof *d->labels);
+    h = fnv1a(h, d->offsets, (size_t)(d->n + 1) * sizeof *d->offsets);
+    return fnv1a(h, d->ids, (size_t)d->offsets[d->n] * sizeof *d->ids);
 }
 
 void dataset_free(Dataset *d) {

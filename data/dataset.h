@@ -60,6 +60,9 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
 int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err);
 void dataset_free(Dataset *d);
+/* 64-bit FNV-1a of the examples as read (count, labels, token ids): a run stores its training
+ * set's, so that --resume can tell the data changed under it. */
+uint64_t dataset_fingerprint(const Dataset *d);
 
 /* One line of any format -> (label string or NULL, text). Used by the readers and by
  * mha-predict on streamed input. `line` is modified in place (NUL-terminated pieces).

@@ -134,7 +134,7 @@ static const KeyDesc KEYS[] = {
      "clip gradients to this global norm; 0 = off"},
     {"train.label_smoothing", T_FLOAT, FIELD(label_smoothing), 0.0, NULL, HALF_OPEN, 0, 1,
      NULL, "label smoothing of the cross-entropy loss"},
-    {"train.warmup", T_FLOAT, FIELD(warmup), 0.1, NULL, R_LO, 0, 0, NULL,
+    {"train.warmup", T_FLOAT, FIELD(warmup), 0.1, NULL, CLOSED, 0, 1e9, NULL,
      "warmup: < 1 a fraction of all updates, >= 1 a number of updates"},
     {"train.decay", T_STR, FIELD(decay), 0, "linear", 0, 0, 0, DECAYS,
      "learning-rate schedule after warmup"},

@@ -72,6 +72,10 @@ static char *state_json(const Run *r) {
      * on resume, which writes them again */
     long log_bytes = r->metrics_log && !r->metrics_failed ? ftell(r->metrics_log) : -1;
     cJSON_AddNumberToObject(o, "metrics_bytes", (double)log_bytes);
+    char fp[24];   /* a 64-bit number, as text: JSON numbers are doubles */
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dataset_fingerprint(&r->train));
+    cJSON_AddStringToObject(o, "train_fingerprint", fp);
+    cJSON_AddNumberToObject(o, "train_examples", r->train.n);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
@@ -329,6 +333,12 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         ReadOptions train_ro = ro;   /* read as a fresh run reads it: lines without text skipped */
         train_ro.skip_no_text = 1;
         rc = dataset_load(c->train, &train_ro, r->vocab, &r->labels, &r->train, err);
+        if (rc && strstr(err->msg, "does not occur in the training set")) {   /* a class the run never had */
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            mha_fail(err, rc, "%.1800s; the classes of a run are fixed when it starts: has %s changed since?",
+                     msg, c->train);
+        }
     } else {
         rc = dataset_load_train(c->train, &ro, c->min_count, c->max_vocab, &r->vocab, &r->labels, &r->train, err);
     }
@@ -598,6 +608,18 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
     r->evals_since_best = (int)esb;
     r->bad_steps = (int)bad;
     r->elapsed_before = json_num(st, "elapsed", 0);
+    /* the same training examples as when the run started (absent in older checkpoints) */
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(st, "train_fingerprint");
+    char now[24];
+    snprintf(now, sizeof now, "%016llx", (unsigned long long)dataset_fingerprint(&r->train));
+    if (cJSON_IsString(fp) && strcmp(fp->valuestring, now) != 0) {
+        mha_fail(err, MHA_EXIT_DATA, "%s: the training data changed since this run started (%s: %d examples "
+                 "now, %.0f then): --resume goes on only with the examples the run started on; restore the "
+                 "file, or start a new run (--config ... --overwrite)", rp, cfg->train, r->train.n,
+                 json_num(st, "train_examples", -1));
+        cJSON_Delete(st);
+        return MHA_EXIT_DATA;
+    }
     double mb = json_num(st, "metrics_bytes", -1);
     r->metrics_saved_bytes = mb >= 0 && mb <= (double)LONG_MAX && mb == floor(mb) ? (long)mb : -1;
     if (!isfinite(r->elapsed_before) || r->elapsed_before < 0) r->elapsed_before = 0;

@@ -134,6 +134,19 @@ expect_exit 0 "is at update 6, where --max-steps 4 stops" "$TRAIN" --resume "$TM
   || fail "a resume already at --max-steps trained"
 "$TRAIN" --resume "$TMP/ms" --max-steps 8 --quiet >/dev/null 2>"$TMP/ms.err" || fail "--resume FOLDER: $(cat "$TMP/ms.err")"
 [ "$(grep -c '"type":"train"' "$TMP/ms/metrics.jsonl")" = 8 ] || fail "--resume FOLDER --max-steps 8 did not train to update 8"
+# The training file changed under a run: --resume refuses (before: it went on with other
+# batches, or at lr 0 past the new end), and a class the run never had says why
+cp data/sample/train.tsv "$TMP/chg.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/chg.tsv" --set output.dir="$TMP/chg" --max-steps 5 --quiet \
+  >/dev/null 2>&1 || fail "run on a copy of the training file failed"
+head -300 data/sample/train.tsv >"$TMP/chg.tsv"
+expect_exit 1 "$TMP/chg/last.mha: the training data changed since this run started \($TMP/chg.tsv: 300 examples now, 654 then\)" \
+  "$TRAIN" --resume "$TMP/chg"
+{ cat data/sample/train.tsv; printf '财经\t股市今天大涨\n'; } >"$TMP/chg.tsv"
+expect_exit 1 "chg.tsv:655: label '财经' does not occur in the training set .*; the classes of a run are fixed when it starts: has $TMP/chg.tsv changed since\?" \
+  "$TRAIN" --resume "$TMP/chg"
+cp data/sample/train.tsv "$TMP/chg.tsv"
+"$TRAIN" --resume "$TMP/chg" --max-steps 7 --quiet >/dev/null 2>"$TMP/chg.err" || fail "resume on the restored file: $(cat "$TMP/chg.err")"
 # The thread count changes no bit (the linear backward's blocks follow the shapes alone): a
 # model wide enough for threaded products gives the same losses and gradient norms on 1 and 2
 # threads, so a run with train.threads = 0 resumed on a machine with other cores goes on exactly.

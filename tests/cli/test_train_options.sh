@@ -102,6 +102,9 @@ run_k mincount --set data.min_count=2
 run_k maxvocab --set data.max_vocab=50
 [ "$(vocab_of mincount)" -lt "$(vocab_of base)" ] || fail "data.min_count=2: vocabulary $(vocab_of mincount), not below $(vocab_of base)"
 [ "$(vocab_of maxvocab)" = 50 ] || fail "data.max_vocab=50: vocabulary $(vocab_of maxvocab)"
+# a min_count above every token's count: refused (before: a model of [UNK]s, exit 0)
+expect_exit 1 "train.tsv: data.min_count = 1000 leaves no token in the vocabulary \(the most frequent of the 1749 distinct tokens occurs 439 times; expected data.min_count <= 439\)" \
+  "$TRAIN" --config "$TMP/k.json" --set output.dir="$TMP/k-none" --set data.min_count=1000
 run_k random --set data.bucket=false
 pad() { sed -n 's/.*padding \([0-9.]*\)% of positions.*/\1/p' "$TMP/k-$1.err"; }
 awk -v r="$(pad random)" -v b="$(pad base)" 'BEGIN{exit !(r > 3 * b && r > 10)}' \

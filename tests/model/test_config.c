@@ -347,6 +347,9 @@ static void test_errors(void) {
     c.warmup = -0.5f;
     CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "key 'train.warmup'");
+    c.warmup = 1e19f;   /* a count of updates past what a long holds: refused, not converted */
+    CHECK(config_validate(&c, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "key 'train.warmup': 1e+19 is out of range (allowed: 0 <= value <= 1e+09)");
     c.warmup = 100;
     CHECK(config_validate(&c, &e) == 0);
     c.warmup = 1.5f;   /* neither a fraction nor a whole number of updates */
