@@ -340,6 +340,16 @@ static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, i
     free(dump.buf);
 }
 
+/* What a line of `format` looks like, for the count of lines that were not. */
+static const char *format_label(int format) {
+    switch (format) {
+    case FORMAT_TSV: return "TSV (label<TAB>text)";
+    case FORMAT_FASTTEXT: return "fastText (__label__NAME text)";
+    case FORMAT_JSONL: return "JSON Lines with a \"text\" string";
+    default: return "in the input's format";
+    }
+}
+
 /* Auto-detection reads the whole input by its first non-empty line: a stray tab there makes
  * every line lose its first column as a "label". Said once, with the way to turn it off. */
 static void note_detected_format(const char *name, long line_no, int format) {
@@ -382,6 +392,8 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     float *probs = malloc((size_t)CHUNK_LINES * p->model.d.K * sizeof(float));
     int format = p->ro.format == FORMAT_AUTO ? -1 : p->ro.format;
     long line_no = 0, truncated_lines = 0, nul_lines = 0, bad_utf8_lines = 0, unknown_lines = 0;
+    long unparsed_lines = 0, first_unparsed = 0;
+    char unparsed_why[256] = "";
     int truncated, write_failed = 0;
     long len;
     MhaError e;
@@ -403,8 +415,13 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             note_detected_format(name, line_no, format);
         }
         char *label = NULL, *text = line;
-        if (format > 0 && format != FORMAT_PLAIN && parse_line(line, format, &label, &text, &e) != 0)
-            text = line;  /* not in the detected format: take the whole line as text */
+        if (format > 0 && format != FORMAT_PLAIN && line[0] && parse_line(line, format, &label, &text, &e) != 0) {
+            text = line;  /* not in the input's format: the whole line is the text, counted */
+            if (unparsed_lines++ == 0) {
+                first_unparsed = line_no;
+                snprintf(unparsed_why, sizeof unparsed_why, "%.200s", e.msg);
+            }
+        }
         unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok) == 0;
         if (c.toks.replaced && bad_utf8_lines++ == 0)
             fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
@@ -423,6 +440,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     if (nul_lines)
         fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
                 lines_word(nul_lines));
+    if (unparsed_lines)
+        fprintf(stderr, "mha-predict: %s: %ld of %ld %s were not %s (first: line %ld: %s); %s read whole as "
+                "text\n", name, unparsed_lines, line_no, lines_word(line_no), format_label(format),
+                first_unparsed, unparsed_why, unparsed_lines == 1 ? "it was" : "they were");
     if (truncated_lines)
         fprintf(stderr, "mha-predict: %s: %ld %s longer than %d bytes %s truncated\n", name,
                 truncated_lines, lines_word(truncated_lines), p->ro.max_line_bytes, was_were(truncated_lines));

@@ -79,6 +79,15 @@ grep -q "^mha-predict: note: <stdin>: read as TSV (line 1 has a tab): the first 
 cmp -s "$TMP/p1" "$TMP/pf" || fail "--input-format=jsonl predicts differently"
 "$PREDICT" --model "$M" --input-format plain data/sample/dev.tsv >"$TMP/pf" 2>"$TMP/pf.err" && ! cmp -s "$TMP/p1" "$TMP/pf" && [ ! -s "$TMP/pf.err" ] \
   || fail "--input-format plain did not read the label column as text: $(cat "$TMP/pf.err")"
+# lines not in the input's format are still predicted (whole, as text) and counted, with the
+# first one's reason (before: silently, the JSON's braces and keys as the text)
+printf '{"label":"体育","content":"这家店不错"}\n{"text":"足球"}\n{"text": 5}\n' \
+  | "$PREDICT" --model "$M" --input-format jsonl >"$TMP/pu" 2>"$TMP/pu.err"
+[ "$(wc -l <"$TMP/pu")" = 3 ] && grep -q '^mha-predict: <stdin>: 2 of 3 lines were not JSON Lines with a "text" string (first: line 1: missing field "text".*); they were read whole as text$' "$TMP/pu.err" \
+  || fail "JSON Lines without a text field: $(cat "$TMP/pu.err")"
+printf '体育\t足球\n没有制表符\n' | "$PREDICT" --model "$M" 2>&1 >/dev/null \
+  | grep -q "<stdin>: 1 of 2 lines were not TSV (label<TAB>text) (first: line 2: no tab between label and text" \
+  || fail "a line without a tab among TSV lines is not counted"
 # fastText lines are detected too (note once), and predict as their texts do
 awk -F'\t' '{ printf "__label__%s %s\n", $1, $2 }' data/sample/dev.tsv >"$TMP/dev.ft"
 "$PREDICT" --model "$M" "$TMP/dev.ft" >"$TMP/pft" 2>"$TMP/pft.err" || fail "predict on fastText input"

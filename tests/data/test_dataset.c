@@ -489,6 +489,13 @@ static void test_parse_line(void) {
     strcpy(line, "{\"text\":\"only\"}");
     CHECK(parse_line(line, FORMAT_JSONL, &label, &text, &err) == 0 && label == NULL &&
               strcmp(text, "only") == 0, "json line without label");
+    /* \u0000 would end the decoded C string there: refused (before: the text was cut) */
+    strcpy(line, "{\"label\":\"x\",\"text\":\"ab\\u0000cd\"}");
+    CHECK(parse_line(line, FORMAT_JSONL, &label, &text, &err) == MHA_EXIT_DATA &&
+              strstr(err.msg, "a string holds \\u0000, a NUL character"), "json \\u0000 refused");
+    strcpy(line, "{\"text\":\"ab\\\\u0000cd\"}");   /* an escaped backslash, then "u0000" */
+    CHECK(parse_line(line, FORMAT_JSONL, &label, &text, &err) == 0 && strcmp(text, "ab\\u0000cd") == 0,
+          "json \\\\u0000 is text");
     strcpy(line, "just text\there");
     CHECK(parse_line(line, FORMAT_PLAIN, &label, &text, &err) == 0 && label == NULL && text == line,
           "plain line");
