@@ -53,6 +53,7 @@ typedef struct {
     float *best_params;                   /* host copy of the best parameters */
     FILE *metrics_log;
     int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
+    int test_reported;                    /* the test report of the finished run was printed and logged */
     long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
     double elapsed_before;                /* training seconds in earlier runs (resume) */
 } Run;
@@ -76,6 +77,7 @@ static char *state_json(const Run *r) {
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dataset_fingerprint(&r->train));
     cJSON_AddStringToObject(o, "train_fingerprint", fp);
     cJSON_AddNumberToObject(o, "train_examples", r->train.n);
+    cJSON_AddBoolToObject(o, "test_reported", r->test_reported);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
@@ -102,12 +104,20 @@ static int state_int(const cJSON *o, const char *key, double dflt, double lo, do
 }
 
 /* Whether a resumed run has nothing left to do: every epoch trained (or stopped early by
- * patience) and its model.mha saved (the best on dev, or without a dev set the final
- * parameters). A run killed before saving model.mha is not complete: resuming it saves it. */
+ * patience), its model.mha saved (the best on dev, or without a dev set the final
+ * parameters) and, with a test set, its test report given. A run killed before saving
+ * model.mha or during the test report is not complete: resuming it does what is left. */
 static int run_complete(const Config *cfg, int epoch, int evals_since_best, long best_update, int has_dev,
-                        int best_saved) {
+                        int best_saved, int test_pending) {
     return (epoch >= cfg->epochs || (cfg->patience > 0 && evals_since_best >= cfg->patience)) &&
-           (best_update >= 0 || (!has_dev && best_saved));
+           (best_update >= 0 || (!has_dev && best_saved)) && !test_pending;
+}
+
+/* The state's test_reported (a run killed during its test report has it false); checkpoints
+ * written before it existed count as reported. */
+static int test_pending(const cJSON *st, const Config *cfg) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(st, "test_reported");
+    return cfg->test[0] && cJSON_IsBool(t) && !cJSON_IsTrue(t);
 }
 
 static void say_complete(const char *resume_path, long update, int all_epochs, const char *best_path) {
@@ -146,7 +156,7 @@ static int complete_before_loading(const Checkpoint *resume, const Config *cfg, 
         snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
         int best_saved = best_model_saved(best_path, resume->n_params, NULL);
         if (!best_saved) bu = -1;
-        if (run_complete(cfg, (int)ep, (int)esb, (long)bu, cfg->dev[0] != '\0', best_saved)) {
+        if (run_complete(cfg, (int)ep, (int)esb, (long)bu, cfg->dev[0] != '\0', best_saved, test_pending(st, cfg))) {
             say_complete(resume_path, (long)upd, (int)ep >= cfg->epochs, best_path);
             done = 1;
         } else if (max_steps > 0 && upd >= (double)max_steps) {
@@ -620,6 +630,7 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
         cJSON_Delete(st);
         return MHA_EXIT_DATA;
     }
+    r->test_reported = !test_pending(st, cfg);
     double mb = json_num(st, "metrics_bytes", -1);
     r->metrics_saved_bytes = mb >= 0 && mb <= (double)LONG_MAX && mb == floor(mb) ? (long)mb : -1;
     if (!isfinite(r->elapsed_before) || r->elapsed_before < 0) r->elapsed_before = 0;
@@ -632,7 +643,7 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
     if (!best_saved) r->best_update = -1;
     /* normally said before loading the data (complete_before_loading); a run killed before
      * saving model.mha goes on below to save it and print the test report */
-    if (run_complete(cfg, r->epoch, r->evals_since_best, r->best_update, r->has_dev, best_saved)) {
+    if (run_complete(cfg, r->epoch, r->evals_since_best, r->best_update, r->has_dev, best_saved, !r->test_reported)) {
         say_complete(rp, r->update, r->epoch >= cfg->epochs, best_path);
         *done = 1;
         return 0;
@@ -826,19 +837,35 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if (!r.has_dev) {
         r.be->to_host(r.best_params, r.model.params, pbytes);
         r.best_update = r.update;
+        r.test_reported = 0;   /* (a resumed run whose model.mha was lost: its report again) */
         if ((rc = save_checkpoint(&r, "model.mha", 0, r.best_params, err))) goto out;
     } else if (r.best_update < 0) {
         /* a finished run resumed after its model.mha went missing: the best parameters are
          * gone with it; the final ones, evaluated, become the model */
         fprintf(stderr, "mha-train: note: %s/model.mha is missing (the best parameters are lost); the final "
                 "parameters, evaluated on dev, become the model\n", cfg->out_dir);
+        r.test_reported = 0;   /* another model: its own report */
         if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err)) ||
             (rc = save_checkpoint(&r, "last.mha", 1, NULL, err)))
             goto out;
     }
     fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
             r.update, r.elapsed_before, r.best_update, cfg->out_dir);
-    if (r.has_test && r.best_update >= 0) report_test(&r);
+    if (r.has_test && r.best_update >= 0 && !r.test_reported) {
+        /* the report, then a last.mha that says it was given (of the final parameters, which the
+         * report replaces on the device by the best ones): a run killed in between gives it on
+         * --resume */
+        float *final = malloc(pbytes);
+        if (!final) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r.model.lay.total);
+            goto out;
+        }
+        r.be->to_host(final, r.model.params, pbytes);
+        report_test(&r);
+        r.test_reported = 1;
+        rc = save_checkpoint(&r, "last.mha", 1, final, err);
+        free(final);
+    }
 out:
     batcher_free(&bt);
     free_run(&r, !have_resume);
