@@ -143,7 +143,7 @@ static const KeyDesc KEYS[] = {
     {"train.decay_embeddings", T_BOOL, FIELD(decay_embeddings), 0, NULL, 0, 0, 0, NULL,
      "apply weight decay to the embeddings too"},
     {"train.decay_norms", T_BOOL, FIELD(decay_norms), 0, NULL, 0, 0, 0, NULL,
-     "apply weight decay to the LayerNorm parameters too"},
+     "apply weight decay to the LayerNorm gains too (biases never)"},
     {"train.eval_every", T_INT, FIELD(eval_every), 0, NULL, R_LO, 0, 0, NULL,
      "evaluate every N updates and after the last; 0 = at the end of every epoch"},
     {"train.metric", T_STR, FIELD(metric), 0, "accuracy", 0, 0, 0, METRICS,

@@ -229,13 +229,14 @@ def build_model(torch, cfg, V, K, P, sdpa=False):
 
 
 def param_groups(model, cfg):
-    """AdamW groups: decay on linear weights (and embeddings / norms when configured)."""
+    """AdamW groups: decay on linear weights (and embeddings / LayerNorm gains when configured;
+    biases never), as mha (docs/model.md)."""
     t = cfg["train"]
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         linear_w = name.endswith(".weight") and any(s in name for s in ("qkv", "proj", "fc1", "fc2", "head"))
         emb = name.startswith(("tok_emb", "pos_emb"))
-        norm = any(s in name for s in ("ln1", "ln2", "lnf"))
+        norm = name.endswith(".weight") and any(s in name for s in ("ln1", "ln2", "lnf"))   # gains only
         if linear_w or (emb and t["decay_embeddings"]) or (norm and t["decay_norms"]):
             decay.append(p)
         else:

@@ -8,6 +8,7 @@
  *    queued): a skipped update (non-finite gradients, or loss) changes nothing, AdamW's step
  *    count does not count it, and the loss sum read back is model_loss_sum's;
  *  - the learning-rate schedule's warmup and decay values;
+ *  - which tensors weight decay reaches (decay_embeddings, decay_norms: gains, never biases);
  *  - bf16 mixed precision on the CPU (when it has AVX512_BF16): first gradients within bf16
  *    rounding of fp32's, and 50 updates whose losses follow the fp32 run. */
 #include "kernels/backend.h"
@@ -438,7 +439,39 @@ static void test_schedule(void) {
     CHECK(schedule_lr(&c, 99, 100) < 0.01f, "cosine end %g", schedule_lr(&c, 99, 100));
 }
 
+/* Which tensors weight decay reaches (docs/model.md's table): linear weights always, the
+ * embeddings with decay_embeddings, the LayerNorm gains (ln1_w, ln2_w, lnf_w) with
+ * decay_norms; biases (LayerNorm's too) never. */
+static void test_decay_reach(void) {
+    ModelDims d = {.V = 11, .P = 8, .C = 8, .NH = 2, .F = 16, .L = 2, .K = 3, .pre_norm = 1, .learned_pos = 1};
+    for (int de = 0; de < 2; de++)
+        for (int dn = 0; dn < 2; dn++) {
+            ParamLayout lay;
+            param_layout_build(&lay, &d, de, dn);
+            int wrong = 0;
+            for (int i = 0; i < lay.n; i++) {
+                const char *n = lay.t[i].name;
+                const size_t len = strlen(n);
+                const int bias = n[len - 1] == 'b' && n[len - 2] == '_';
+                const int norm_gain = strstr(n, "ln") && !bias;
+                const int emb = strstr(n, "_emb") != NULL;
+                const int want = bias ? 0 : emb ? de : norm_gain ? dn : 1;
+                if (lay.t[i].decay != want) {
+                    printf("  %s: decay %d, expected %d (decay_embeddings %d, decay_norms %d)\n", n, lay.t[i].decay,
+                           want, de, dn);
+                    wrong++;
+                }
+            }
+            char what[96];
+            snprintf(what, sizeof what, "weight decay reach, decay_embeddings %d, decay_norms %d (%d tensors)", de,
+                     dn, lay.n);
+            test_expect(what, wrong == 0 && lay.n == 2 + 12 * d.L + 4);
+            param_layout_free(&lay);
+        }
+}
+
 int main(void) {
+    test_decay_reach();
     test_schedule();
     test_grad_accum();
     test_grad_accum_vs_torch();
