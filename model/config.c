@@ -514,6 +514,12 @@ static int set_from_text(Config *c, const KeyDesc *k, const char *value, const c
 static cJSON *parse_json(const char *text, size_t n, const char *loc, MhaError *err) {
     size_t at = 0;
     const char *expected = NULL;
+    const unsigned char *u = (const unsigned char *)text;
+    if (n >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF) || u[0] == 0 || u[1] == 0)) {
+        failf(err, NULL, "%s: the config is UTF-16 (it starts with the bytes %02X %02X); expected UTF-8 JSON: "
+              "convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", loc, u[0], u[1], loc);
+        return NULL;
+    }
     if (json_syntax_check(text, n, &at, &expected) == 0) {
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(text, &end, 1);

@@ -713,6 +713,13 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     }
     batcher_start_epoch(&bt, 0, 1, 0);
     print_data_stats(&r, &bt);
+    if (!r.has_dev && (cfg->patience > 0 || cfg->eval_every > 0))
+        fprintf(stderr, "mha-train: note: %s evaluate%s on the dev set, and there is none (data.dev): %s nothing; "
+                "the final parameters become the model\n",
+                cfg->patience > 0 && cfg->eval_every > 0 ? "train.patience and train.eval_every"
+                : cfg->patience > 0 ? "train.patience" : "train.eval_every",
+                cfg->patience > 0 && cfg->eval_every > 0 ? "" : "s",
+                cfg->patience > 0 && cfg->eval_every > 0 ? "they do" : "it does");
 
     ModelDims d;
     model_dims_from_config(&d, cfg, vocab_size(r.vocab), r.labels.n);
@@ -849,8 +856,12 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
             (rc = save_checkpoint(&r, "last.mha", 1, NULL, err)))
             goto out;
     }
-    fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
-            r.update, r.elapsed_before, r.best_update, cfg->out_dir);
+    if (r.has_dev)
+        fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
+                r.update, r.elapsed_before, r.best_update, cfg->out_dir);
+    else
+        fprintf(stderr, "training done: %ld updates in %.1f s; the final parameters (no dev set) in %s/model.mha\n",
+                r.update, r.elapsed_before, cfg->out_dir);
     if (r.has_test && r.best_update >= 0 && !r.test_reported) {
         /* the report, then a last.mha that says it was given (of the final parameters, which the
          * report replaces on the device by the best ones): a run killed in between gives it on

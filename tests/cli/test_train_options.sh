@@ -67,6 +67,14 @@ before=$(wc -l <"$TMP/stop/metrics.jsonl")
 expect_exit 0 'already complete \(20 updates, stopped early\)' "$TRAIN" --resume "$TMP/stop/last.mha"
 [ "$(wc -l <"$TMP/stop/metrics.jsonl")" = "$before" ] || fail "resuming a run that stopped early wrote records"
 
+# without a dev set, patience and eval_every do nothing: said once, and the model is the
+# final parameters (before: silently, and "best model from update N")
+"$TRAIN" --config "$TMP/cfg.json" --set data.dev= --set train.patience=2 --set train.eval_every=5 \
+  --set output.dir="$TMP/nodev" --set train.epochs=1 >/dev/null 2>"$TMP/nodev.err" || fail "run without dev failed"
+grep -q "note: train.patience and train.eval_every evaluate on the dev set, and there is none (data.dev): they do nothing; the final parameters become the model" "$TMP/nodev.err" \
+  && grep -q "the final parameters (no dev set) in $TMP/nodev/model.mha" "$TMP/nodev.err" \
+  || fail "patience without a dev set: $(grep -E 'note|done' "$TMP/nodev.err")"
+
 # early stopping on the very update --max-steps stops at still ends the run (test report, done)
 "$TRAIN" --config "$TMP/stop.json" --set output.dir="$TMP/stopmax" --set train.lr=1e-12 --set train.eval_every=5 \
   --set train.patience=3 --max-steps 20 --quiet >"$TMP/stopmax.out" 2>"$TMP/stopmax.err" || fail "early stop at --max-steps failed"

@@ -376,6 +376,22 @@ static void test_invalid_json(void) {
     Config c;
     MhaError e;
     char want[1024];
+    {   /* UTF-16 (little-endian, with and without its byte-order mark): named, with the conversion */
+        const char *variants[2] = {"\xFF\xFE{\0}\0", "{\0}\0"};
+        const size_t sizes[2] = {6, 4};
+        for (int v = 0; v < 2; v++) {
+            char p[300];
+            snprintf(p, sizeof p, "%.200s/u16.json", tmpdir);
+            FILE *f = fopen(p, "wb");
+            CHECK(f && fwrite(variants[v], 1, sizes[v], f) == sizes[v]);
+            if (f) fclose(f);
+            memset(&e, 0, sizeof e);
+            CHECK(config_load(&c, p, NULL, 0, &e) == MHA_EXIT_USAGE);
+            snprintf(want, sizeof want, "%.300s: the config is UTF-16 (it starts with the bytes %s); expected UTF-8 JSON: "
+                     "convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", p, v ? "7B 00" : "FF FE", p);
+            CHECK_MSG(e, want);
+        }
+    }
     CHECK(load_text(&c, "{\n  \"data\": {\n    \"train\": \"t\",\n  },\n}\n", NULL, 0, &e) ==
           MHA_EXIT_USAGE);
     snprintf(want, sizeof want, "%s/c.json:4: invalid JSON near '}", tmpdir);
