@@ -322,10 +322,13 @@ typedef struct {
     int ex_cap;
 } Reader;
 
+#define MAX_EXAMPLES (INT32_MAX - 1)   /* examples per file: Dataset.n and the line numbers are 32-bit */
+
 static int grow_examples(Reader *r) {
     Dataset *d = r->d;
     if (d->n + 1 < r->ex_cap) return 0;
-    int cap = r->ex_cap ? r->ex_cap * 2 : 1024;
+    if (r->ex_cap >= MAX_EXAMPLES) return -1;
+    int cap = r->ex_cap > MAX_EXAMPLES / 2 ? MAX_EXAMPLES : r->ex_cap ? r->ex_cap * 2 : 1024;
     int32_t *l = realloc(d->labels, (size_t)cap * sizeof *l);
     if (!l) return -1;
     d->labels = l;
@@ -385,6 +388,9 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
     MhaError terr;
     if (tokenize(&o->tok, text, tlen, tl, &terr))
         return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, terr.msg);
+    if (r->ex_cap >= MAX_EXAMPLES && d->n + 1 >= r->ex_cap)
+        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: more than %d examples (split the file)", r->path, line_no,
+                        MAX_EXAMPLES - 1);
     if (grow_examples(r) || grow_ids(r, (size_t)d->offsets[d->n] + (size_t)tl->n)) return oom(err, r->path);
     int32_t *ids = tl->n ? d->ids + d->offsets[d->n] : NULL;  /* d->ids is NULL until a token */
     for (int i = 0; i < tl->n; i++) {

@@ -11,6 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The format is little-endian: integers are written with explicit byte order, but the float
+ * sections (parameters, moments) and the labels blob as the host holds them. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mha checkpoints are little-endian; this host is not (see model/checkpoint.c)"
+#endif
+
 static const char MAGIC[8] = {'M', 'H', 'A', 'C', 'K', 'P', 'T', '\n'};
 enum { TAG_CONFIG = 1, TAG_VOCAB, TAG_LABELS, TAG_PARAMS, TAG_ADAM_M, TAG_ADAM_V, TAG_STATE };
 #define HEADER_BYTES 24u

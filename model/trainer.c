@@ -343,7 +343,12 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         ReadOptions train_ro = ro;   /* read as a fresh run reads it: lines without text skipped */
         train_ro.skip_no_text = 1;
         rc = dataset_load(c->train, &train_ro, r->vocab, &r->labels, &r->train, err);
-        if (rc && strstr(err->msg, "does not occur in the training set")) {   /* a class the run never had */
+        if (rc && strstr(err->msg, ": cannot open (")) {   /* moved since: the path is the checkpoint's */
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            mha_fail(err, rc, "%.1800s; the run reads the training file it started with, by the path stored "
+                     "in its last.mha: put the file back there to resume", msg);
+        } else if (rc && strstr(err->msg, "does not occur in the training set")) {   /* a class the run never had */
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             mha_fail(err, rc, "%.1800s; the classes of a run are fixed when it starts: has %s changed since?",

@@ -162,6 +162,8 @@ expect_exit 1 "$TMP/chg/last.mha: the training data changed since this run start
 { cat data/sample/train.tsv; printf '财经\t股市今天大涨\n'; } >"$TMP/chg.tsv"
 expect_exit 1 "chg.tsv:655: label '财经' does not occur in the training set .*; the classes of a run are fixed when it starts: has $TMP/chg.tsv changed since\?" \
   "$TRAIN" --resume "$TMP/chg"
+expect_exit 1 "$TMP/chg.tsv: cannot open \(No such file or directory\); the run reads the training file it started with, by the path stored in its last.mha: put the file back there to resume" \
+  bash -c "mv '$TMP/chg.tsv' '$TMP/chg-moved.tsv' && exec '$TRAIN' --resume '$TMP/chg'"
 cp data/sample/train.tsv "$TMP/chg.tsv"
 "$TRAIN" --resume "$TMP/chg" --max-steps 7 --quiet >/dev/null 2>"$TMP/chg.err" || fail "resume on the restored file: $(cat "$TMP/chg.err")"
 # The thread count changes no bit (the linear backward's blocks follow the shapes alone): a
