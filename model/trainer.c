@@ -543,6 +543,16 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
     return 0;
 }
 
+/* train.patience and train.eval_every evaluate on the dev set: without one, said once. */
+static void note_no_dev(const Config *cfg) {
+    const int p = cfg->patience > 0, e = cfg->eval_every > 0;
+    if (!p && !e) return;
+    fprintf(stderr, "mha-train: note: %s on the dev set, and there is none (data.dev): %s nothing; the final "
+            "parameters become the model\n",
+            p && e ? "train.patience and train.eval_every evaluate" : p ? "train.patience evaluates" : "train.eval_every evaluates",
+            p && e ? "they do" : "it does");
+}
+
 /* --resume: loads the checkpoint into *resume and the config it stores into cfg, and moves
  * the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
  * complete: said, nothing to do) or an exit code with err filled; *resume is freed on every
@@ -718,13 +728,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     }
     batcher_start_epoch(&bt, 0, 1, 0);
     print_data_stats(&r, &bt);
-    if (!r.has_dev && (cfg->patience > 0 || cfg->eval_every > 0))
-        fprintf(stderr, "mha-train: note: %s evaluate%s on the dev set, and there is none (data.dev): %s nothing; "
-                "the final parameters become the model\n",
-                cfg->patience > 0 && cfg->eval_every > 0 ? "train.patience and train.eval_every"
-                : cfg->patience > 0 ? "train.patience" : "train.eval_every",
-                cfg->patience > 0 && cfg->eval_every > 0 ? "" : "s",
-                cfg->patience > 0 && cfg->eval_every > 0 ? "they do" : "it does");
+    if (!r.has_dev) note_no_dev(cfg);
 
     ModelDims d;
     model_dims_from_config(&d, cfg, vocab_size(r.vocab), r.labels.n);
@@ -778,7 +782,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     long profiled_tokens = 0;
     memset(profile_counters(), 0, sizeof(ProfileCounters));  /* count the training loop only */
     PendingUpdate pending = {0};
-    int stop = 0;
+    /* a resumed run that patience had already stopped (killed during its test report) trains no more */
+    int stop = r.has_dev && cfg->patience > 0 && r.evals_since_best >= cfg->patience;
 
     while (r.epoch < cfg->epochs && !stop) {
         batcher_start_epoch(&bt, r.epoch, 1, r.batch_pos);

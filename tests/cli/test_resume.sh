@@ -135,22 +135,30 @@ expect_exit 0 "is at update 6, where --max-steps 4 stops" "$TRAIN" --resume "$TM
 "$TRAIN" --resume "$TMP/ms" --max-steps 8 --quiet >/dev/null 2>"$TMP/ms.err" || fail "--resume FOLDER: $(cat "$TMP/ms.err")"
 [ "$(grep -c '"type":"train"' "$TMP/ms/metrics.jsonl")" = 8 ] || fail "--resume FOLDER --max-steps 8 did not train to update 8"
 # Killed during its test report (after "training done"): --resume gives the report, once in
-# metrics.jsonl (before: "already complete", and the report was never given)
+# metrics.jsonl, and trains nothing more, also after an early stop (before: "already
+# complete", and the report was never given)
 for _ in $(seq 1500); do cat data/sample/test.tsv; done >"$TMP/bigtest.tsv"   # a report of ~2 s
-tiny_config "$TMP/tr.json" "$TMP/tr" 1
-: >"$TMP/tr.err"
-"$TRAIN" --config "$TMP/tr.json" --set data.test="$TMP/bigtest.tsv" --quiet >"$TMP/tr.out" 2>"$TMP/tr.err" &
-pid=$!
-for _ in $(seq 3000); do grep -q "training done" "$TMP/tr.err" && break; sleep 0.01; done
-kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
-if [ -s "$TMP/tr.out" ]; then
-  echo "note: the test report ended before the kill; the killed-report case was not reached"
-else
-  "$TRAIN" --resume "$TMP/tr" >"$TMP/tr2.out" 2>"$TMP/tr2.err" || fail "resume after a kill during the report: $(tail -3 "$TMP/tr2.err")"
-  grep -q "accuracy" "$TMP/tr2.out" && [ "$(grep -c '"type":"test"' "$TMP/tr/metrics.jsonl")" = 1 ] \
-    || fail "resume after a kill during the test report: no report, or not one test record: $(cat "$TMP/tr2.out" "$TMP/tr2.err" | tail -5)"
-  expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/tr"
-fi
+kill_in_report() {   # NAME EPOCHS UPDATES [--set ...]: a run killed in its report, resumed
+  local name=$1 epochs=$2 updates=$3 pid
+  shift 3
+  tiny_config "$TMP/$name.json" "$TMP/$name" "$epochs"
+  : >"$TMP/$name.err"
+  "$TRAIN" --config "$TMP/$name.json" --set data.test="$TMP/bigtest.tsv" "$@" --quiet >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  pid=$!
+  for _ in $(seq 3000); do grep -q "training done" "$TMP/$name.err" && break; sleep 0.01; done
+  kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+  if [ -s "$TMP/$name.out" ]; then
+    echo "note: $name: the test report ended before the kill; the killed-report case was not reached"
+    return
+  fi
+  "$TRAIN" --resume "$TMP/$name" >"$TMP/$name.out2" 2>"$TMP/$name.err2" || fail "$name: resume after a kill during the report: $(tail -3 "$TMP/$name.err2")"
+  grep -q "accuracy" "$TMP/$name.out2" && [ "$(grep -c '"type":"test"' "$TMP/$name/metrics.jsonl")" = 1 ] \
+    && [ "$(grep -c '"type":"train"' "$TMP/$name/metrics.jsonl")" = "$updates" ] \
+    || fail "$name: resume after a kill during the test report: no report, not one test record, or not $updates updates: $(cat "$TMP/$name.out2" "$TMP/$name.err2" | tail -5)"
+  expect_exit 0 "already complete" "$TRAIN" --resume "$TMP/$name"
+}
+kill_in_report tr 1 41
+kill_in_report trstop 5 20 --set train.lr=1e-12 --set train.eval_every=5 --set train.patience=3
 # The training file changed under a run: --resume refuses (before: it went on with other
 # batches, or at lr 0 past the new end), and a class the run never had says why
 cp data/sample/train.tsv "$TMP/chg.tsv"
