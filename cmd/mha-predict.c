@@ -441,8 +441,8 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
         fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
                 lines_word(nul_lines));
     if (unparsed_lines)
-        fprintf(stderr, "mha-predict: %s: %ld of %ld %s were not %s (first: line %ld: %s); %s read whole as "
-                "text\n", name, unparsed_lines, line_no, lines_word(line_no), format_label(format),
+        fprintf(stderr, "mha-predict: %s: %ld of %ld %s %s not %s (first: line %ld: %s); %s read whole as "
+                "text\n", name, unparsed_lines, line_no, lines_word(line_no), was_were(unparsed_lines), format_label(format),
                 first_unparsed, unparsed_why, unparsed_lines == 1 ? "it was" : "they were");
     if (truncated_lines)
         fprintf(stderr, "mha-predict: %s: %ld %s longer than %d bytes %s truncated\n", name,

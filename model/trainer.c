@@ -677,7 +677,7 @@ static void report_test(Run *r) {
     r->be->to_device(r->model.params, r->best_params, r->model.lay.total * sizeof(float));
     Metrics mt;
     evaluate_dataset(&r->model, &r->test, cfg->batch_size, cfg->max_len, r->truncate, r->add_cls, &mt);
-    printf("test %s (best model):\n", cfg->test);
+    printf("test %s (%s):\n", cfg->test, r->has_dev ? "best model" : "final parameters, no dev set");
     metrics_print(&mt, r->labels.names, stdout);
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "type", "test");

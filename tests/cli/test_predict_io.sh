@@ -85,8 +85,11 @@ printf '{"label":"体育","content":"这家店不错"}\n{"text":"足球"}\n{"tex
   | "$PREDICT" --model "$M" --input-format jsonl >"$TMP/pu" 2>"$TMP/pu.err"
 [ "$(wc -l <"$TMP/pu")" = 3 ] && grep -q '^mha-predict: <stdin>: 2 of 3 lines were not JSON Lines with a "text" string (first: line 1: missing field "text".*); they were read whole as text$' "$TMP/pu.err" \
   || fail "JSON Lines without a text field: $(cat "$TMP/pu.err")"
+printf '{"text":"足\\u0000球"}\n' | "$PREDICT" --model "$M" --input-format jsonl 2>&1 >/dev/null \
+  | grep -q "1 of 1 line was not JSON Lines with a \"text\" string (first: line 1: a string holds \\\\u0000, a NUL character" \
+  || fail "a JSON text with \\u0000 is not counted"
 printf '体育\t足球\n没有制表符\n' | "$PREDICT" --model "$M" 2>&1 >/dev/null \
-  | grep -q "<stdin>: 1 of 2 lines were not TSV (label<TAB>text) (first: line 2: no tab between label and text" \
+  | grep -q "<stdin>: 1 of 2 lines was not TSV (label<TAB>text) (first: line 2: no tab between label and text" \
   || fail "a line without a tab among TSV lines is not counted"
 # fastText lines are detected too (note once), and predict as their texts do
 awk -F'\t' '{ printf "__label__%s %s\n", $1, $2 }' data/sample/dev.tsv >"$TMP/dev.ft"
