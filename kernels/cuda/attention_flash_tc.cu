@@ -17,7 +17,7 @@
  * Heads of size HS <= 128 (bf16) or <= 64 (tf32x3: its fp32 tiles and split fragments would
  * not fit at 128) run on kernels templated on D in {16, 32, 64, 128} (columns HS..D-1
  * zero-filled in shared memory). Needs sm_80 (bf16 and tf32 WMMA); tf32x3 also needs the
- * shared memory of its D (mha_cu_tf32x3_fits: more than the 99 KiB of sm_86/89 for D >= 32).
+ * shared memory of its D (mha_cu_tf32x3_fits: more than the 99 KiB of sm_86/89 at D = 64).
  *
  * Work layout: 128 threads = 4 warps; tiles of 64 queries x 64 keys. Warp w owns the 16 rows
  * 16w..16w+15 of the tile (queries in the forward and dQ kernels, keys in the dK/dV kernel):
@@ -32,7 +32,16 @@
  *   S, dP scores       fp32 (64, 64 + 4)    (WMMA stores, read by the lanes)
  *   P, dS operands     E (64, 64 + PAD)     (written by the lanes, WMMA matrix_a)
  *   O staging          fp32 (64, D + 4)     (forward: O rescaled by the lanes, the output)
- * tf32x3 at D = 64: 102 KiB (forward), 119 KiB (dQ), 136.5 KiB (dK/dV) per block.
+ * In the tf32x3 backward the operand tiles P o Z and dS are fp32 of the score tiles' pitch and
+ * take their places (FbPitch::kAlias): element (r, c) of P o Z / dS is element (r, c) of S / dP,
+ * which the one lane that owns it reads before it writes it there, and the warp's rows are its
+ * own until the __syncthreads() that starts the next tile or the staging. A bf16 operand row
+ * (144 bytes) does not line up with an fp32 score row (272 bytes): written over the scores it
+ * would land in earlier rows that other lanes and warps have still to read, so bf16 keeps them
+ * apart.
+ * tf32x3 at D = 64: 102 KiB (forward), 102 KiB (dQ), 102.5 KiB (dK/dV) per block: two blocks
+ * per SM on sm_90 (228 KiB, 1 KiB of it per block reserved); 119 and 136.5 KiB, one block,
+ * with P o Z and dS apart.
  *
  * Forward, one block per (query tile, head, example): S = Q K^T (K read as a col_major
  * matrix_b), online softmax per row (m, l in fp32), O += P V into accumulator fragments held
@@ -59,6 +68,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
 
 namespace wmma = nvcuda::wmma;
 
@@ -215,6 +225,10 @@ struct FbPitch {
     static constexpr size_t tile_s = FB_ROUND((size_t)FB_TILE * S * 4);
     static constexpr size_t tile_p = FB_ROUND((size_t)FB_TILE * Pp * es);
     static constexpr size_t tile_o = FB_ROUND((size_t)FB_TILE * O * 4);
+    /* The backward's operand tiles (P o Z, dS) may take the places of the score tiles (S, dP),
+     * element (r, c) over element (r, c): fp32 of the same pitch (tf32x3, not bf16). */
+    static constexpr bool kAlias = std::is_same<typename P::E, float>::value && Pp == S;
+    static_assert(!kAlias || tile_p == tile_s, "an operand tile over a score tile fills it exactly");
     static_assert((H * es) % 16 == 0 && (Pp * es) % 16 == 0 && S % 4 == 0 && O % 4 == 0, "WMMA ldm");
     static_assert((16 * H * es) % 32 == 0 && (16 * Pp * es) % 32 == 0 && (16 * S * 4) % 32 == 0 &&
                   (16 * O * 4) % 32 == 0 && (P::KS * H * es) % 32 == 0 && (P::KS * Pp * es) % 32 == 0,
@@ -391,12 +405,13 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 
 /* ------------------------------------------------------------------ backward: dQ */
 
+/* dS over dP where it can be (FbPitch::kAlias: tf32x3), after it otherwise (bf16) */
 template <class P, int D>
 struct FbDqCfg {
     using Pi = FbPitch<P, D>;
     static constexpr size_t oQ = 0, odO = oQ + Pi::tile_h, oK = odO + Pi::tile_h, oV = oK + Pi::tile_h,
-                            oS = oV + Pi::tile_h, oDP = oS + Pi::tile_s, odS = oDP + Pi::tile_s,
-                            bytes = odS + Pi::tile_p;
+                            oS = oV + Pi::tile_h, oDP = oS + Pi::tile_s,
+                            odS = Pi::kAlias ? oDP : oDP + Pi::tile_s, bytes = odS + Pi::tile_p;
 };
 
 template <class P, int D>
@@ -417,8 +432,10 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
     E *sV = reinterpret_cast<E *>(base + Cfg::oV);             /* (64, D+PAD) */
     float *sS = reinterpret_cast<float *>(base + Cfg::oS);     /* (64, 68) */
     float *sDP = reinterpret_cast<float *>(base + Cfg::oDP);   /* (64, 68) */
-    E *sdS = reinterpret_cast<E *>(base + Cfg::odS);           /* (64, 64+PAD) */
+    E *sdS = reinterpret_cast<E *>(base + Cfg::odS);           /* (64, 64+PAD); tf32x3: over sDP */
     float *sStage = sS;                                           /* (64, D+4) after the loop */
+    static_assert(Cfg::odS != Cfg::oDP || (std::is_same<E, float>::value && LDP == LDS),
+                  "dS over dP only element (r, c) over element (r, c)");
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int q0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
@@ -472,7 +489,9 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
         }
         __syncwarp();
 
-        /* dS = P o (dP Z - Di) in fp32, stored as an operand (bf16: rounded; tf32x3: split at load) */
+        /* dS = P o (dP Z - Di) in fp32, stored as an operand (bf16: rounded; tf32x3: split at
+         * load). In tf32x3 dS[row][c] is dP[row][c]: this lane reads it before writing it, and no
+         * other lane reads it. */
 #pragma unroll 4
         for (int t = 0; t < HALF; t++) {
             const int c = lc + 2 * t, j = j0 + c;
@@ -499,7 +518,7 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
         }
     }
 
-    __syncthreads();   /* the staging covers other warps' S and dP rows */
+    __syncthreads();   /* the staging covers other warps' S and dP (tf32x3: dS) rows */
 #pragma unroll
     for (int n = 0; n < DN; n++)
         wmma::store_matrix_sync(sStage + wr * LDO + n * 16, dq[n], LDO, wmma::mem_row_major);
@@ -511,12 +530,15 @@ fb_backward_dq_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
 
 /* ------------------------------------------------------------------ backward: dK, dV */
 
+/* P o Z over S and dS over dP where they can be (FbPitch::kAlias: tf32x3), after them
+ * otherwise (bf16) */
 template <class P, int D>
 struct FbDkvCfg {
     using Pi = FbPitch<P, D>;
     static constexpr size_t oK = 0, oV = oK + Pi::tile_h, oQ = oV + Pi::tile_h, odO = oQ + Pi::tile_h,
-                            oS = odO + Pi::tile_h, oDP = oS + Pi::tile_s, oPZ = oDP + Pi::tile_s,
-                            odS = oPZ + Pi::tile_p, oL = odS + Pi::tile_p,
+                            oS = odO + Pi::tile_h, oDP = oS + Pi::tile_s,
+                            oPZ = Pi::kAlias ? oS : oDP + Pi::tile_s,
+                            odS = Pi::kAlias ? oDP : oPZ + Pi::tile_p, oL = odS + Pi::tile_p,
                             oDi = oL + FB_ROUND(FB_TILE * 4), bytes = oDi + FB_ROUND(FB_TILE * 4);
 };
 
@@ -544,6 +566,11 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
     float *sL = reinterpret_cast<float *>(base + Cfg::oL);        /* (64) lse of the queries */
     float *sDi = reinterpret_cast<float *>(base + Cfg::oDi);      /* (64) Di of the queries */
     float *sStage = sS;                                           /* (64, D+4) after the loop */
+    /* tf32x3: sPZ over sS, sdS over sDP */
+    static_assert((Cfg::oPZ != Cfg::oS && Cfg::odS != Cfg::oDP) ||
+                      (Cfg::oPZ == Cfg::oS && Cfg::odS == Cfg::oDP && std::is_same<E, float>::value &&
+                       LDP == LDS),
+                  "P o Z over S and dS over dP only element (r, c) over element (r, c)");
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j0 = blockIdx.x * FB_TILE, h = blockIdx.y, b = blockIdx.z;
@@ -605,7 +632,9 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
         }
         __syncwarp();
 
-        /* P o Z and dS = P o (dP Z - Di) in fp32, stored as operands (bf16: rounded; tf32x3: split) */
+        /* P o Z and dS = P o (dP Z - Di) in fp32, stored as operands (bf16: rounded; tf32x3:
+         * split at load). In tf32x3 (P o Z)[row][c] is S[row][c] and dS[row][c] is dP[row][c]:
+         * this lane reads them before writing them, and no other lane reads them. */
 #pragma unroll 4
         for (int t = 0; t < HALF; t++) {
             const int c = lc + 2 * t, ii = i0 + c;
@@ -636,7 +665,7 @@ fb_backward_dkdv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout
         }
     }
 
-    __syncthreads();   /* the staging covers other warps' S and dP rows */
+    __syncthreads();   /* the staging covers other warps' S and dP (tf32x3: P o Z, dS) rows */
     float *dkb = dqkv + (size_t)b * T * C3 + C + (size_t)h * hs;
     float *dvb = dkb + C;
 #pragma unroll

@@ -200,7 +200,7 @@ void mha_cu_attention_backward_fused_tf32x3(float *dqkv, const float *dout, cons
                                             const int32_t *lengths, int B, int T, int C, int NH,
                                             int causal, float p_drop, uint64_t seed);
 /* 1 when the tf32x3 kernels for heads of size hs fit this GPU: hs <= 64 and the shared memory
- * of all three within its opt-in limit (sm_86/89 allow 99 KiB: enough only for D = 16) */
+ * of all three within its opt-in limit (sm_86/89 allow 99 KiB: enough for D = 16 and 32) */
 int mha_cu_tf32x3_fits(int hs);
 /* 1 when the bf16 kernels for heads of size hs fit this GPU (sm_86/89: not for hs 65-128) */
 int mha_cu_bf16_attention_fits(int hs);

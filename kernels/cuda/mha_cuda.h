@@ -30,7 +30,7 @@ void mha_cuda_describe(char *buf, size_t len);
  *     attention); the default on sm_80 and newer;
  *   MHA_CUDA_ATTN_SIMT: plain fp32 FFMA on the CUDA cores (always used for larger heads, before
  *     sm_80, and where the tf32x3 kernels need more shared memory per block than the GPU
- *     allows: heads of 17-64 on sm_86/sm_89, which allow 99 KiB).
+ *     allows: heads of 33-64 on sm_86/sm_89, which allow 99 KiB).
  * The environment variable MHA_CUDA_FP32_ATTENTION=tf32x3|simt sets it when the backend
  * starts (another value exits with code 2 and a message). set returns 0, or -1 when the GPU
  * cannot run the kernel asked for (tf32x3 before sm_80) or the backend has not started. */
