@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "\n"
             "Reads one text per line (plain text, or a training format whose label is ignored)\n"
             "from FILE or standard input and writes one line per input line, in order.\n"
-            "Options take their value as --name VALUE or --name=VALUE.\n"
+            "Options take their value as --name VALUE or --name=VALUE; -- ends them.\n"
             "\n"
             "  --model M          checkpoint written by mha-train (model.mha or last.mha)\n"
             "  --top-k K          K label/probability pairs per line (default 1)\n"
@@ -151,11 +151,15 @@ static long reader_line(LineReader *r, size_t max_bytes, int *truncated) {
     return (long)n;
 }
 
+/* Whether the next whole line (or the end) can be read without waiting: a line begun in the
+ * buffer whose end has not come yet is not ready (the lines before it are answered first). */
 static int reader_ready(LineReader *r) {
-    if (r->pos < r->len) return 1;
-    if (r->eof) return 1;
-    struct pollfd p = {r->fd, POLLIN, 0};
-    return poll(&p, 1, 0) > 0;
+    if (r->pos == r->len && !r->eof) {
+        struct pollfd p = {r->fd, POLLIN, 0};
+        if (poll(&p, 1, 0) <= 0) return 0;
+        reader_fill(r);   /* readable: this read does not wait */
+    }
+    return r->eof || memchr(r->buf + r->pos, '\n', r->len - r->pos) != NULL;
 }
 
 typedef struct {
@@ -189,6 +193,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
         if (!(be = mha_cpu_backend_int8(threads, why, sizeof why)))
             fprintf(stderr, "mha-predict: note: precision \"int8\": %s; running in bf16 (or fp32)\n", why);
         precision = "bf16";  /* the table int8 builds on, and the fallback */
+        snprintf(p->cfg.device, sizeof p->cfg.device, "cpu");   /* (--device auto: the cpu) */
     }
     if (precision) snprintf(p->cfg.precision, sizeof p->cfg.precision, "%s", precision);
     if (!be && (rc = select_backend(&p->cfg, &be, "--device", err))) return rc;
@@ -414,8 +419,8 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             format = detect_format(line);
             note_detected_format(name, line_no, format);
         }
-        char *label = NULL, *text = line;
-        if (format > 0 && format != FORMAT_PLAIN && line[0] && parse_line(line, format, &label, &text, &e) != 0) {
+        char *text = line;
+        if (format > 0 && format != FORMAT_PLAIN && line[0] && parse_text(line, format, &text, &e) != 0) {
             text = line;  /* not in the input's format: the whole line is the text, counted */
             if (unparsed_lines++ == 0) {
                 first_unparsed = line_no;
@@ -594,10 +599,15 @@ static int parse_args(Args *a, int argc, char **argv) {
     a->top_k = 1;
     a->batch_size = 64;
     a->batch_tokens = -1;
+    int options_end = 0;   /* after "--", every argument is the input */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int rc = 0;
-        if (!strcmp(arg, "-h")) a->help = 1;
+        if (options_end) {
+            if (a->input) return usage_error("more than one input file given ('%s')", arg);
+            a->input = arg;
+        } else if (!strcmp(arg, "--")) options_end = 1;
+        else if (!strcmp(arg, "-h")) a->help = 1;
         else if (arg[0] == '-' && arg[1] == '-') rc = parse_long_option(a, argc, argv, &i);
         else if (arg[0] == '-' && arg[1]) return usage_error("unknown option '%s' (options are spelled --name)", arg);
         else if (a->input) return usage_error("more than one input file given ('%s')", arg);
@@ -617,8 +627,8 @@ static int check_args(Args *a, int *input_format) {
         return usage_error("--device '%s': expected cpu, cuda or auto", a->device);
     if (a->precision && strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16") && strcmp(a->precision, "int8"))
         return usage_error("--precision '%s': expected fp32, bf16 or int8", a->precision);
-    if (a->precision && !strcmp(a->precision, "int8") && strcmp(a->device, "cpu"))
-        return usage_error("--precision int8 runs on the cpu only (drop --device %s)", a->device);
+    if (a->precision && !strcmp(a->precision, "int8") && !strcmp(a->device, "cuda"))
+        return usage_error("%s", "--precision int8 runs on the cpu only (drop --device cuda)");
     if ((*input_format = format_from_name(a->input_format)) < 0)
         return usage_error("--input-format '%s': expected auto, plain, tsv, fasttext or jsonl", a->input_format);
     if (a->eval && a->input) return usage_error("--eval reads its own file; drop the extra input '%s'", a->input);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define JSON_SHAPE "{\"label\": ..., \"text\": ...}"
 #define REPLACE_HINT "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true"
@@ -76,6 +77,7 @@ static int json_has_nul_escape(const char *s) {
     return 0;
 }
 
+/* label NULL: the label is not read (nor checked). */
 static int parse_json(char *line, char **label, char **text, MhaError *err) {
     size_t room = strlen(line) + 1;
     const char *end = NULL;
@@ -113,7 +115,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         goto done;
     }
     ts = t->valuestring;
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "label");
+    const cJSON *l = label ? cJSON_GetObjectItemCaseSensitive(j, "label") : NULL;
     if (l) {
         if (cJSON_IsString(l) && l->valuestring) {
             ls = l->valuestring;
@@ -158,8 +160,9 @@ done:
     return rc;
 }
 
-int parse_line(char *line, int format, char **label, char **text, MhaError *err) {
-    *label = NULL;
+/* parse_line and parse_text: label NULL reads the text alone, whatever the label is. */
+static int parse_fields(char *line, int format, char **label, char **text, MhaError *err) {
+    if (label) *label = NULL;
     *text = line;
     if (format == FORMAT_AUTO) format = detect_format(line);
     switch (format) {
@@ -171,6 +174,8 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
             return mha_fail(err, MHA_EXIT_DATA,
                             "no tab between label and text (expected 'label<TAB>text')");
         *tab = '\0';
+        *text = tab + 1;
+        if (!label) return 0;
         char *l = line, *e = tab;
         while (*l == ' ') l++;
         while (e > l && e[-1] == ' ') *--e = '\0';
@@ -178,7 +183,6 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
             return mha_fail(err, MHA_EXIT_DATA,
                             "empty label (expected 'label<TAB>text' with a non-empty label)");
         *label = l;
-        *text = tab + 1;
         return 0;
     }
     case FORMAT_FASTTEXT: {
@@ -190,7 +194,7 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
         p += 9;
         char *l = p;
         while (*p && !is_space(*p)) p++;
-        if (p == l)
+        if (p == l && label)
             return mha_fail(err, MHA_EXIT_DATA,
                             "empty label after __label__ (expected '__label__LABEL text')");
         if (*p) *p++ = '\0';
@@ -199,7 +203,7 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
             if (strncmp(p, "__label__", 9) != 0) break;
             while (*p && !is_space(*p)) p++;
         }
-        *label = l;
+        if (label) *label = l;
         *text = p;
         return 0;
     }
@@ -209,6 +213,14 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
         return mha_fail(err, MHA_EXIT_DATA,
                         "unknown format %d (expected auto, tsv, fasttext, jsonl or plain)", format);
     }
+}
+
+int parse_line(char *line, int format, char **label, char **text, MhaError *err) {
+    return parse_fields(line, format, label, text, err);
+}
+
+int parse_text(char *line, int format, char **text, MhaError *err) {
+    return parse_fields(line, format, NULL, text, err);
 }
 
 /* ---- labels ----------------------------------------------------------------------------- */
@@ -363,6 +375,11 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
     const ReadOptions *o = r->o;
     int32_t lab = -1;
     if (label && r->train) {
+        for (const char *c = label; *c; c++)   /* a JSON label can hold any: the reports could not show it */
+            if ((unsigned char)*c < 0x20 || *c == 0x7F)
+                return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.200s' holds the control character 0x%02X "
+                                "(expected a label of printable text: a tab or line break would break the "
+                                "one-line-per-text output)", r->path, line_no, label, (unsigned char)*c);
         lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));
         if (lab < 0) return oom(err, r->path);
     } else if (label && r->labels) {
@@ -415,7 +432,11 @@ static int read_file(Reader *r, MhaError *err) {
     const ReadOptions *o = r->o;
     Dataset *d = r->d;
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(r->path, "rb");
+    /* /dev/stdin: descriptor 0 itself, from where it stands (reopening the path fails on a
+     * socket and starts a file over from its beginning) */
+    int dup0 = strcmp(r->path, "/dev/stdin") == 0 ? dup(STDIN_FILENO) : -2;
+    FILE *f = dup0 == -2 ? fopen(r->path, "rb") : dup0 >= 0 ? fdopen(dup0, "rb") : NULL;
+    if (!f && dup0 >= 0) close(dup0);
     if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s)", r->path, strerror(errno));
     if (grow_examples(r)) {
         fclose(f);

@@ -57,6 +57,7 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
 /* Read a dev/test file with an existing vocab and label map; a label the training set
  * never had is an error naming the label and the line. labels == NULL: labels are not
  * read (all -1), as for FORMAT_PLAIN. A file without examples is an error. */
+/* path "/dev/stdin" reads standard input (descriptor 0) from where it stands. */
 int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err);
 void dataset_free(Dataset *d);
@@ -68,6 +69,10 @@ uint64_t dataset_fingerprint(const Dataset *d);
  * mha-predict on streamed input. `line` is modified in place (NUL-terminated pieces).
  * Returns 0, or MHA_EXIT_DATA with err->msg "what is wrong (expected ...)" (no FILE:LINE). */
 int parse_line(char *line, int format, char **label, char **text, MhaError *err);
+/* The text alone, for predictions: the label (empty, or of a type training refuses) is
+ * neither read nor checked; the line must still have the format's shape (a tab, __label__,
+ * a JSON object with a "text" string). */
+int parse_text(char *line, int format, char **text, MhaError *err);
 int detect_format(const char *first_line);
 int format_from_name(const char *name);   /* "auto","tsv","fasttext","jsonl","plain"; -1 unknown */
 

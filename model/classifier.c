@@ -119,9 +119,10 @@ static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
     char one[32], all[32];
     return mha_fail(err, MHA_EXIT_DATA,
                     "%s backend: out of memory allocating %s, one buffer of the %s a model with %d "
-                    "layer%s needs at batch %d x %d tokens (try a smaller train.batch_size or data.max_len)",
+                    "layer%s needs at batch %d x %d tokens (try a smaller %s)",
                     m->be->name, human_bytes(one, sizeof one, A->bytes), human_bytes(all, sizeof all, A->total),
-                    m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax);
+                    m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax,
+                    m->forward_only ? "mha-predict --batch-size" : "train.batch_size or data.max_len");
 }
 
 static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,

@@ -5,12 +5,12 @@
 
 /* The CPU backend at the configured precision; bf16 on a CPU without AVX512_BF16 says so
  * and runs fp32. */
-static const Backend *cpu_backend_for(const Config *cfg, int bf16) {
+static const Backend *cpu_backend_for(const Config *cfg, int bf16, const char *prog) {
     if (bf16) {
         char why[256] = "";
         const Backend *be = mha_cpu_backend_bf16(cfg->threads, why, sizeof why);
         if (be) return be;
-        fprintf(stderr, "mha: note: precision \"bf16\" on the cpu: %s; running in fp32\n", why);
+        fprintf(stderr, "%s: note: precision \"bf16\" on the cpu: %s; running in fp32\n", prog, why);
     }
     return mha_cpu_backend(cfg->threads);
 }
@@ -18,8 +18,9 @@ static const Backend *cpu_backend_for(const Config *cfg, int bf16) {
 int select_backend(const Config *cfg, const Backend **be, const char *option, MhaError *err) {
     char why[512] = "";
     const int bf16 = strcmp(cfg->precision, "bf16") == 0;
+    const char *prog = option[0] == '-' ? "mha-predict" : "mha-train";   /* whose option chose the device */
     if (strcmp(cfg->device, "cpu") == 0) {
-        *be = cpu_backend_for(cfg, bf16);
+        *be = cpu_backend_for(cfg, bf16, prog);
         return 0;
     }
     const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
@@ -29,7 +30,7 @@ int select_backend(const Config *cfg, const Backend **be, const char *option, Mh
     if (strcmp(cfg->device, "cuda") == 0)
         return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s (use %s=cpu or auto)", option, why, option);
     /* "auto": the cpu, silently when there is no GPU, with a note when there is one it cannot use */
-    if (mha_cuda_device_visible()) fprintf(stderr, "mha: note: not using the GPU: %s; running on the cpu\n", why);
-    *be = cpu_backend_for(cfg, bf16);
+    if (mha_cuda_device_visible()) fprintf(stderr, "%s: note: not using the GPU: %s; running on the cpu\n", prog, why);
+    *be = cpu_backend_for(cfg, bf16, prog);
     return 0;
 }

@@ -43,17 +43,23 @@ void metrics_class(const Metrics *m, int k, double *precision, double *recall, d
     *support = actual;
 }
 
+/* Whether class k occurs in the truth or the predictions: the classes macro-F1 averages. */
+static int class_seen(const Metrics *m, int k) {
+    for (int j = 0; j < m->K; j++)
+        if (m->confusion[(size_t)j * m->K + k] || m->confusion[(size_t)k * m->K + j]) return 1;
+    return 0;
+}
+
 /* Mean F1 over classes that occur in the truth or the predictions (sklearn's
  * convention when labels are taken from the data). */
 double metrics_macro_f1(const Metrics *m) {
     double sum = 0.0;
     int used = 0;
     for (int k = 0; k < m->K; k++) {
+        if (!class_seen(m, k)) continue;
         double p, r, f;
-        long s, predicted = 0;
+        long s;
         metrics_class(m, k, &p, &r, &f, &s);
-        for (int j = 0; j < m->K; j++) predicted += m->confusion[(size_t)j * m->K + k];
-        if (s == 0 && predicted == 0) continue;
         sum += f;
         used++;
     }
@@ -84,13 +90,22 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
             metrics_macro_f1(m), metrics_loss(m), m->n);
     pad_print(out, "class", w);
     fprintf(out, "  precision  recall      f1  support\n");
+    int unseen = 0;
     for (int k = 0; k < m->K; k++) {
         double p, r, f;
         long s;
         metrics_class(m, k, &p, &r, &f, &s);
         pad_print(out, names[k], w);
-        fprintf(out, "  %9.4f  %6.4f  %6.4f  %7ld\n", p, r, f, s);
+        if (class_seen(m, k)) {
+            fprintf(out, "  %9.4f  %6.4f  %6.4f  %7ld\n", p, r, f, s);
+        } else {
+            fprintf(out, "  %9s  %6s  %6s  %7ld\n", "-", "-", "-", s);
+            unseen++;
+        }
     }
+    if (unseen)
+        fprintf(out, "(-: %d class%s neither in the labels nor predicted, left out of macro-F1, which "
+                "averages the other %d)\n", unseen, unseen == 1 ? "" : "es", m->K - unseen);
     /* rows "INDEX LABEL": the index right-aligned to the widest, the label padded to w */
     int iw = snprintf(NULL, 0, "%d", m->K > 0 ? m->K - 1 : 0);
     fprintf(out, "\nconfusion matrix (rows: true, columns: predicted)\n");
@@ -124,6 +139,7 @@ char *metrics_to_json(const Metrics *m, char *const *names) {
         cJSON_AddNumberToObject(c, "recall", r);
         cJSON_AddNumberToObject(c, "f1", f);
         cJSON_AddNumberToObject(c, "support", (double)s);
+        cJSON_AddBoolToObject(c, "in_macro_f1", class_seen(m, k));
         cJSON_AddItemToArray(pc, c);
         cJSON_AddItemToArray(labels, cJSON_CreateString(names[k]));
         cJSON *row = cJSON_CreateArray();

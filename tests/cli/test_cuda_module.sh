@@ -64,7 +64,7 @@ if [ ! -e "$4/libmha-cuda.so" ]; then   # (a module installed there would be fou
   LD_LIBRARY_PATH="$WITH_FAKE" "$TMP/alone/mha-predict" --model "$M" --device auto "$TMP/in.txt" \
     >"$TMP/auto.out" 2>"$TMP/auto.err" || fail "--device auto without the module failed: $(cat "$TMP/auto.err")"
   [ "$(wc -l < "$TMP/auto.out")" = 1 ] || fail "--device auto without the module printed: $(cat "$TMP/auto.out")"
-  grep -q "^mha: note: not using the GPU: the CUDA backend of this build" "$TMP/auto.err" \
+  grep -q "^mha-predict: note: not using the GPU: the CUDA backend of this build" "$TMP/auto.err" \
     || fail "--device auto without the module gave no note: $(cat "$TMP/auto.err")"
   # a module that is not a library: dlopen's reason
   echo "not a library" > "$TMP/alone/libmha-cuda.so"

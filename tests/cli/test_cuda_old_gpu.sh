@@ -22,7 +22,7 @@ expect_exit 1 "^mha-train: error: train.device = \"cuda\" but the GPU $old .*\(u
 # auto: the cpu, and the note; the run itself is a normal one
 "$TRAIN" --config "$TMP/c.json" --max-steps 3 >/dev/null 2>"$TMP/auto.err" \
   || fail "train.device = auto failed: $(tail -3 "$TMP/auto.err")"
-grep -qE "^mha: note: not using the GPU: the GPU $old.*; running on the cpu\$" "$TMP/auto.err" \
+grep -qE "^mha-train: note: not using the GPU: the GPU $old.*; running on the cpu\$" "$TMP/auto.err" \
   || fail "no note on the unusable GPU: $(head -3 "$TMP/auto.err")"
 grep -q '^model: .* backend cpu' "$TMP/auto.err" \
   || fail "train.device = auto did not fall back to the cpu: $(grep '^model:' "$TMP/auto.err")"

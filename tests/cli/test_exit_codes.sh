@@ -88,6 +88,10 @@ first=$((${last:-0} - 4))
 logged=$(grep -c '"type":"train"' "$TMP/div/metrics.jsonl")
 [ "$logged" = $((${last:-0} - 1)) ] || fail "metrics.jsonl has $logged train records, expected $((${last:-0} - 1))"
 [ "$(grep -c '"skipped":true' "$TMP/div/metrics.jsonl")" = 4 ] || fail "metrics.jsonl: not 4 skipped records"
+# a label with a control character (JSON allows it): refused, it would break the reports' lines
+printf '{"label":"a\\tb","text":"好"}\n{"label":"c","text":"坏"}\n' >"$TMP/ctl.jsonl"
+expect_exit 1 "ctl.jsonl:1: label 'a.b' holds the control character 0x09" \
+  "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/ctl.jsonl" --set data.format=jsonl --quiet
 # [CLS] under a causal mask sees only itself: refused (before: a model that ignored its text)
 expect_exit 2 "key 'model.causal': true with model.pooling = \"cls\" would let \[CLS\], the first position, attend only to itself" \
   "$TRAIN" --config "$TMP/c.json" --set model.causal=true --set model.pooling=cls

@@ -91,6 +91,28 @@ printf '{"text":"足\\u0000球"}\n' | "$PREDICT" --model "$M" --input-format jso
 printf '体育\t足球\n没有制表符\n' | "$PREDICT" --model "$M" 2>&1 >/dev/null \
   | grep -q "<stdin>: 1 of 2 lines was not TSV (label<TAB>text) (first: line 2: no tab between label and text" \
   || fail "a line without a tab among TSV lines is not counted"
+# line by line: a whole line is answered while the next is still unfinished (a producer whose
+# writes end mid-line), and an empty or odd label loses no text: the label is not read
+mkfifo "$TMP/slow"
+"$PREDICT" --model "$M" <"$TMP/slow" >"$TMP/slow.out" 2>/dev/null &
+pid=$!
+exec 3>"$TMP/slow"
+printf '篮球比赛\n美食' >&3
+for _ in $(seq 100); do [ -s "$TMP/slow.out" ] && break; sleep 0.05; done
+[ "$(wc -l <"$TMP/slow.out")" = 1 ] || fail "the first line was not answered while the second was unfinished (before: held back)"
+printf '很好\n' >&3
+exec 3>&-
+wait $pid
+[ "$(wc -l <"$TMP/slow.out")" = 2 ] || fail "streamed input: $(wc -l <"$TMP/slow.out") answers for 2 lines"
+want=$(printf '篮球比赛今晚开始\n' | "$PREDICT" --model "$M" --top-k 2)
+for line in '体育\t篮球比赛今晚开始' '\t篮球比赛今晚开始' ' \t篮球比赛今晚开始'; do
+  [ "$(printf "$line\n" | "$PREDICT" --model "$M" --top-k 2 2>/dev/null)" = "$want" ] || fail "TSV line '$line' predicted differently from its text"
+done
+for line in '{"label":"","text":"篮球比赛今晚开始"}' '{"label":null,"text":"篮球比赛今晚开始"}' '{"label":1.5,"text":"篮球比赛今晚开始"}'; do
+  got=$(printf '%s\n' "$line" | "$PREDICT" --model "$M" --top-k 2 2>"$TMP/lab.err")
+  [ "$got" = "$want" ] && ! grep -q "were not\|was not" "$TMP/lab.err" || fail "JSON line '$line' predicted differently from its text: $(cat "$TMP/lab.err")"
+done
+[ "$(printf '__label__ 篮球比赛今晚开始\n' | "$PREDICT" --model "$M" --top-k 2 2>/dev/null)" = "$want" ] || fail "'__label__ TEXT' predicted differently"
 # fastText lines are detected too (note once), and predict as their texts do
 awk -F'\t' '{ printf "__label__%s %s\n", $1, $2 }' data/sample/dev.tsv >"$TMP/dev.ft"
 "$PREDICT" --model "$M" "$TMP/dev.ft" >"$TMP/pft" 2>"$TMP/pft.err" || fail "predict on fastText input"
@@ -109,6 +131,10 @@ cmp -s "$TMP/pbom" "$TMP/pnobom" && grep -q "read as fastText (line 1 starts wit
 expect_exit 2 "--input-format 'xml': expected auto, plain, tsv, fasttext or jsonl" "$PREDICT" --model "$M" --input-format xml
 expect_exit 2 "--batch-size '0': expected an integer from 1 to 1000000" "$PREDICT" --model "$M" --batch-size 0
 expect_exit 2 "--batch-size '2147483647': expected an integer from 1 to 1000000" "$PREDICT" --model "$M" --batch-size 2147483647
+# --device auto with int8: the cpu (before: refused); -- ends the options
+printf '足球\n' >"$TMP/-x.txt"
+(cd "$TMP" && "$PREDICT" --model "$M" --precision int8 --device auto -- -x.txt) >"$TMP/pa" 2>/dev/null && [ "$(wc -l <"$TMP/pa")" = 1 ] \
+  || fail "--precision int8 --device auto -- -x.txt"
 expect_exit 2 "--threads 'two': expected an integer from 0 \(all cores\) to 4096" "$PREDICT" --model "$M" --threads two
 # (before: up to 1000000 threads were started, and 100000 crashed in the OpenMP runtime)
 expect_exit 2 "--threads '100000': expected an integer from 0 \(all cores\) to 4096" "$PREDICT" --model "$M" --threads 100000

@@ -59,6 +59,21 @@ static void test_values(void) {
     metrics_add(&m, 1, 1, 0);
     /* class 0: p 1/2 r 1 f 2/3; class 1: p 1 r 1/2 f 2/3; class 2 left out */
     CHECK(near(metrics_macro_f1(&m), 2.0 / 3), "macro-F1 without class 2: %g", metrics_macro_f1(&m));
+    /* ... and the reports say so: "-" in its row and a note; in_macro_f1 false in the JSON */
+    char *names3[3] = {"a", "b", "c"}, *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    metrics_print(&m, names3, mem);
+    fclose(mem);
+    CHECK(strstr(text, "\nc                -       -       -        0\n") &&
+              strstr(text, "(-: 1 class neither in the labels nor predicted, left out of macro-F1, which averages "
+                           "the other 2)"), "the unseen class in the report:\n%s", text);
+    free(text);
+    char *js3 = metrics_to_json(&m, names3);
+    CHECK(strstr(js3, "\"label\":\"c\",\"precision\":0,\"recall\":0,\"f1\":0,\"support\":0,\"in_macro_f1\":false") &&
+              strstr(js3, "\"label\":\"a\",\"precision\":0.5,\"recall\":1,\"f1\":0.66666666666666663,\"support\":1,\"in_macro_f1\":true"),
+          "JSON: %s", js3);
+    free(js3);
     metrics_free(&m);
 }
 
