@@ -55,6 +55,7 @@ typedef struct {
     int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
     int test_reported;                    /* the test report of the finished run was printed and logged */
     long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
+    uint64_t train_fingerprint;           /* dataset_fingerprint of train, taken once */
     double elapsed_before;                /* training seconds in earlier runs (resume) */
 } Run;
 
@@ -74,7 +75,7 @@ static char *state_json(const Run *r) {
     long log_bytes = r->metrics_log && !r->metrics_failed ? ftell(r->metrics_log) : -1;
     cJSON_AddNumberToObject(o, "metrics_bytes", (double)log_bytes);
     char fp[24];   /* a 64-bit number, as text: JSON numbers are doubles */
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dataset_fingerprint(&r->train));
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->train_fingerprint);
     cJSON_AddStringToObject(o, "train_fingerprint", fp);
     cJSON_AddNumberToObject(o, "train_examples", r->train.n);
     cJSON_AddBoolToObject(o, "test_reported", r->test_reported);
@@ -342,13 +343,12 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         r->labels = resume->labels;
         ReadOptions train_ro = ro;   /* read as a fresh run reads it: lines without text skipped */
         train_ro.skip_no_text = 1;
+        if (access(c->train, R_OK) != 0)   /* moved since: the path is the one last.mha stores */
+            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s); the run reads the training file it "
+                            "started with, by the path stored in its last.mha: put the file back there to "
+                            "resume", c->train, strerror(errno));
         rc = dataset_load(c->train, &train_ro, r->vocab, &r->labels, &r->train, err);
-        if (rc && strstr(err->msg, ": cannot open (")) {   /* moved since: the path is the checkpoint's */
-            char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            mha_fail(err, rc, "%.1800s; the run reads the training file it started with, by the path stored "
-                     "in its last.mha: put the file back there to resume", msg);
-        } else if (rc && strstr(err->msg, "does not occur in the training set")) {   /* a class the run never had */
+        if (rc && strstr(err->msg, "does not occur in the training set")) {   /* a class the run never had */
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             mha_fail(err, rc, "%.1800s; the classes of a run are fixed when it starts: has %s changed since?",
@@ -358,6 +358,7 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         rc = dataset_load_train(c->train, &ro, c->min_count, c->max_vocab, &r->vocab, &r->labels, &r->train, err);
     }
     if (rc) return rc;
+    r->train_fingerprint = dataset_fingerprint(&r->train);   /* once: stored at every save, checked on resume */
     if (r->train.n == 0) return mha_fail(err, MHA_EXIT_DATA, "%s: no examples (expected labelled lines)", c->train);
     if (r->labels.n < 2)
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
@@ -636,7 +637,7 @@ static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int q
     /* the same training examples as when the run started (absent in older checkpoints) */
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(st, "train_fingerprint");
     char now[24];
-    snprintf(now, sizeof now, "%016llx", (unsigned long long)dataset_fingerprint(&r->train));
+    snprintf(now, sizeof now, "%016llx", (unsigned long long)r->train_fingerprint);
     if (cJSON_IsString(fp) && strcmp(fp->valuestring, now) != 0) {
         mha_fail(err, MHA_EXIT_DATA, "%s: the training data changed since this run started (%s: %d examples "
                  "now, %.0f then): --resume goes on only with the examples the run started on; restore the "
