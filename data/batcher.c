@@ -1,5 +1,5 @@
 /* data/batcher.c: epoch layout (seeded shuffle, length bucketing), truncation, [CLS],
- * and padded batches with masks. The random numbers are a splitmix64 stream seeded from
+ * and padded batches (the lengths are the padding mask). The random numbers are a splitmix64 stream seeded from
  * (seed, epoch), so the layout of an epoch is a pure function of them. */
 #include "data/batcher.h"
 
@@ -112,11 +112,10 @@ int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int
     b->keys = malloc((n + 1) * sizeof *b->keys);
     b->tmp = malloc((n + nb + 1) * sizeof *b->tmp);
     b->batch.ids = malloc(cells * sizeof *b->batch.ids);
-    b->batch.mask = malloc(cells);
     b->batch.lengths = malloc((size_t)batch_size * sizeof *b->batch.lengths);
     b->batch.labels = malloc((size_t)batch_size * sizeof *b->batch.labels);
     b->batch.index = malloc((size_t)batch_size * sizeof *b->batch.index);
-    if (!b->order || !b->batch_start || !b->keys || !b->tmp || !b->batch.ids || !b->batch.mask ||
+    if (!b->order || !b->batch_start || !b->keys || !b->tmp || !b->batch.ids ||
         !b->batch.lengths || !b->batch.labels || !b->batch.index) {
         batcher_free(b);
         return MHA_EXIT_DATA;
@@ -167,11 +166,8 @@ const Batch *batcher_next(Batcher *b) {
     for (int r = 0; r < B; r++) {
         int i = b->order[s + r];
         int32_t *row = bt->ids + (size_t)r * T;
-        uint8_t *mrow = bt->mask + (size_t)r * T;
         int len = fill_example(b, i, row);
         for (int t = len; t < T; t++) row[t] = VOCAB_PAD;
-        memset(mrow, 1, (size_t)len);
-        memset(mrow + len, 0, (size_t)(T - len));
         bt->lengths[r] = len;
         bt->labels[r] = b->ds->labels[i];
         bt->index[r] = i;
@@ -201,7 +197,6 @@ void batcher_free(Batcher *b) {
     free(b->keys);
     free(b->tmp);
     free(b->batch.ids);
-    free(b->batch.mask);
     free(b->batch.lengths);
     free(b->batch.labels);
     free(b->batch.index);

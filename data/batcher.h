@@ -1,7 +1,9 @@
-/* data/batcher.h: length-bucketed, shuffled, padded batches with masks.
+/* data/batcher.h: length-bucketed, shuffled, padded batches.
  * Each epoch visits every example exactly once; the order is a pure function of
  * (seed, epoch), so a resumed run sees the same batches. Each batch is padded only
- * to its own longest example. */
+ * to its own longest example. The padding mask travels as the lengths: in row r, tokens
+ * [0, lengths[r]) are real and the rest padding; every masked op (attention keys and
+ * queries, pooling) reads the lengths, so no (B, T) mask is stored. */
 #ifndef MHA_DATA_BATCHER_H
 #define MHA_DATA_BATCHER_H
 
@@ -15,7 +17,6 @@ typedef struct {
     int32_t *ids;             /* (B, T) token ids, VOCAB_PAD after each length */
     int32_t *lengths;         /* (B) real tokens per example (>= 1: an empty text gets [UNK]) */
     int32_t *labels;          /* (B) */
-    uint8_t *mask;            /* (B, T) 1 = real token, 0 = padding */
     int32_t *index;           /* (B) example index in the dataset */
     long real_tokens;         /* sum of lengths */
 } Batch;

@@ -8,10 +8,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Dropout sites draw independent streams from the step's seed. */
-enum { SITE_EMBED = 0 };
-static uint64_t site_seed(uint64_t seed, int layer, int which) { /* which: 1 att, 2 proj, 3 ffn */
-    return mha_rng_u64(seed, layer < 0 ? SITE_EMBED : (uint64_t)(1 + 3 * layer + which - 1));
+/* Dropout sites draw independent streams from the step's seed: the embedding sum, then in
+ * each layer the attention probabilities, the output projection and the feed-forward's. */
+enum { SITE_EMBED = 0, SITE_ATT = 1, SITE_PROJ = 2, SITE_FFN = 3 };
+static uint64_t site_seed(uint64_t seed, int layer, int site) {
+    return mha_rng_u64(seed, layer < 0 ? SITE_EMBED : (uint64_t)(1 + 3 * layer + site - 1));
 }
 
 /* dinp (n) = the gradient through a dropout site, overwritten: inverted dropout's backward
@@ -232,7 +233,7 @@ void model_destroy(Model *m) {
 void model_init_params(Model *m, uint64_t seed) {
     float *h = malloc(m->lay.total * sizeof(float));
     if (!h) { fprintf(stderr, "mha: out of memory\n"); abort(); }
-    params_init(h, &m->lay, &m->d, seed);
+    params_init(h, &m->lay, seed);
     m->be->to_device(m->params, h, m->lay.total * sizeof(float));
     free(h);
 }
@@ -318,7 +319,7 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
 
     const float *pos = d->learned_pos ? W + L->pos_emb : m->pos_table;
     be->embed_forward(m->emb, m->ids, W + L->tok_emb, pos, B, T, C);
-    be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, 0), 0);
+    be->dropout_forward(m->emb, m->emb, NC, p, site_seed(dropout_seed, -1, SITE_EMBED), 0);
 
     m->backward_ready = train && labels && !m->forward_only;
     m->loss_ready = labels != NULL;
@@ -328,25 +329,25 @@ void model_forward(Model *m, const int32_t *ids, const int32_t *lengths, const i
         const float *x = layer_input(m, l);
         if (!d->pre_norm) {  /* x = LN1(x + attn(x)); x = LN2(x + ffn(x)) */
             be->linear_forward(a->qkv, x, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
-            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
+            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, SITE_ATT));
             /* res1 = x + dropout(atty @ proj_w^T + proj_b) */
             linear_residual(m, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
-                            x, p, site_seed(dropout_seed, l, 2));
+                            x, p, site_seed(dropout_seed, l, SITE_PROJ));
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->res1, W + o->ln1_w, W + o->ln1_b, N, C);
             linear_act(m, train, a->fch, a->fc1, a->ln1, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
             linear_residual(m, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
-                            a->ln1, p, site_seed(dropout_seed, l, 3));
+                            a->ln1, p, site_seed(dropout_seed, l, SITE_FFN));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W + o->ln2_w, W + o->ln2_b, N, C);
         } else {             /* x = x + attn(LN1(x)); x = x + ffn(LN2(x)) */
             be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + o->ln1_w, W + o->ln1_b, N, C);
             be->linear_forward(a->qkv, a->ln1, W + o->qkv_w, W + o->qkv_b, N, C, 3 * C);
-            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, 1));
+            attention_forward(m, a, a->qkv, pa, site_seed(dropout_seed, l, SITE_ATT));
             linear_residual(m, a->res1, a->attproj, a->atty, W + o->proj_w, W + o->proj_b, N, C, C,
-                            x, p, site_seed(dropout_seed, l, 2));
+                            x, p, site_seed(dropout_seed, l, SITE_PROJ));
             be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, W + o->ln2_w, W + o->ln2_b, N, C);
             linear_act(m, train, a->fch, a->fc1, a->ln2, W + o->fc1_w, W + o->fc1_b, N, C, F, d->act);
             linear_residual(m, a->res2, a->fc2, a->fch, W + o->fc2_w, W + o->fc2_b, N, F, C,
-                            a->res1, p, site_seed(dropout_seed, l, 3));
+                            a->res1, p, site_seed(dropout_seed, l, SITE_FFN));
         }
     }
     if (d->pre_norm)
@@ -418,7 +419,7 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dy, G + o->ln2_w, G + o->ln2_b, dcur, a->res2, W + o->ln2_w,
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res2 = ln1 + drop(fc2): dz = d fc2 */
-            dropout_grad(be, dz, dy, NC, p, site_seed(dropout_seed, l, 3));
+            dropout_grad(be, dz, dy, NC, p, site_seed(dropout_seed, l, SITE_FFN));
             /* dff = d fch, then d fc1 in place */
             be->linear_backward(m->dff, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C, 0);
             be->act_backward(m->dff, m->dff, a->fc1, (size_t)N * F, d->act);
@@ -428,15 +429,15 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dy, a->res1, W + o->ln1_w,
                                    a->ln1_mean, a->ln1_rstd, N, C);
             /* res1 = x + drop(attproj): dz = d attproj, dy = d atty */
-            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, SITE_PROJ));
             be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C, 0);
             be->zero(m->dqkv, 3 * NC * fl);
-            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
+            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, SITE_ATT));
             /* dcur (= d res1, the residual path) += qkv backward: d x */
             be->linear_backward(dcur, G + o->qkv_w, G + o->qkv_b, m->dqkv, x, W + o->qkv_w, N, C, 3 * C, 1);
         } else {
             /* dcur = d res2; res2 = res1 + drop(fc2) */
-            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 3));
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, SITE_FFN));
             /* dff = d fch, then d fc1 in place */
             be->linear_backward(m->dff, G + o->fc2_w, G + o->fc2_b, dz, a->fch, W + o->fc2_w, N, F, C, 0);
             be->act_backward(m->dff, m->dff, a->fc1, (size_t)N * F, d->act);
@@ -445,17 +446,17 @@ void model_backward(Model *m, float loss_scale, uint64_t dropout_seed) {
             be->layernorm_backward(dcur, G + o->ln2_w, G + o->ln2_b, dy, a->res1, W + o->ln2_w,
                                    a->ln2_mean, a->ln2_rstd, N, C);
             /* res1 = x + drop(attproj) */
-            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, 2));
+            dropout_grad(be, dz, dcur, NC, p, site_seed(dropout_seed, l, SITE_PROJ));
             be->linear_backward(dy, G + o->proj_w, G + o->proj_b, dz, a->atty, W + o->proj_w, N, C, C, 0);
             be->zero(m->dqkv, 3 * NC * fl);
-            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, 1));
+            attention_backward(m, a, dy, pa, site_seed(dropout_seed, l, SITE_ATT));
             be->linear_backward(dz, G + o->qkv_w, G + o->qkv_b, m->dqkv, a->ln1, W + o->qkv_w, N, C, 3 * C, 0);
             /* dcur += LN1 backward: d x */
             be->layernorm_backward(dcur, G + o->ln1_w, G + o->ln1_b, dz, x, W + o->ln1_w,
                                    a->ln1_mean, a->ln1_rstd, N, C);
         }
     }
-    dropout_grad(be, dy, dcur, NC, p, site_seed(dropout_seed, -1, 0));
+    dropout_grad(be, dy, dcur, NC, p, site_seed(dropout_seed, -1, SITE_EMBED));
     be->embed_backward(G + L->tok_emb, d->learned_pos ? G + L->pos_emb : NULL, dy, m->ids, B, T, C);
 }
 

@@ -20,12 +20,14 @@ typedef struct {
     float *fc1;                       /* (N, F) before the activation (**) */
     float *fch;                       /* (N, F) after the activation */
     float *fc2;                       /* (N, C) second projection, after dropout (*)
-                                       * (*) only when the model fuses its linear layers
-                                       * (Model.fused_linear), else NULL: they go straight
-                                       * into res1, res2;
+                                       * (*) only when the model does NOT fuse its linear
+                                       * layers; NULL when it does (Model.fused_linear): the
+                                       * projections then go straight into res1, res2;
                                        * (**) NULL in forward-only models that fuse */
     float *res2;                      /* (N, C) second residual sum */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (N), (N): post-LN: LN2(res2), the block's
+                                       * output; pre-LN: LN2(res1), the feed-forward's input
+                                       * (res2 is then the block's output) */
 } LayerActs;
 
 typedef struct Model {
@@ -48,7 +50,8 @@ typedef struct Model {
     int32_t *argmax;        /* (B, C) max pooling winners */
     float *logits, *probs, *losses;    /* (B, K), (B, K), (B) */
     /* gradient scratch */
-    float *dx, *dy, *dz;    /* (N, C) each */
+    float *dx, *dy, *dz;    /* (N, C) each: the backward's rotating scratch (model_backward
+                             * says which holds what at each step) */
     float *dqkv;            /* (N, 3C) */
     float *dff;             /* (N, F): d fch, then d fc1 in place */
     float *datt;            /* (B, NH, T, T) math path scratch */

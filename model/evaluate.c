@@ -83,18 +83,17 @@ static int slot_alloc(Slot *s, int Bmax, int Tmax, int K) {
     Batch *b = &s->batch;
     size_t cells = (size_t)Bmax * Tmax;
     b->ids = malloc(cells * sizeof *b->ids);                  /* (Bmax, Tmax) */
-    b->mask = malloc(cells * sizeof *b->mask);                /* (Bmax, Tmax) */
     b->lengths = malloc((size_t)Bmax * sizeof *b->lengths);   /* (Bmax) each */
     b->labels = malloc((size_t)Bmax * sizeof *b->labels);
     b->index = malloc((size_t)Bmax * sizeof *b->index);
     s->probs = malloc((size_t)Bmax * K * sizeof *s->probs);
     s->losses = malloc((size_t)Bmax * sizeof *s->losses);
-    return b->ids && b->mask && b->lengths && b->labels && b->index && s->probs && s->losses ? 0 : -1;
+    return b->ids && b->lengths && b->labels && b->index && s->probs && s->losses ? 0 : -1;
 }
 
 static void slot_free(Slot *s) {
     Batch *b = &s->batch;
-    free(b->ids), free(b->mask), free(b->lengths), free(b->labels), free(b->index);
+    free(b->ids), free(b->lengths), free(b->labels), free(b->index);
     free(s->probs), free(s->losses);
 }
 
@@ -104,7 +103,6 @@ static void batch_copy(Batch *dst, const Batch *src) {
     dst->T = src->T;
     dst->real_tokens = src->real_tokens;
     memcpy(dst->ids, src->ids, bt * sizeof *dst->ids);
-    memcpy(dst->mask, src->mask, bt * sizeof *dst->mask);
     memcpy(dst->lengths, src->lengths, b * sizeof *dst->lengths);
     memcpy(dst->labels, src->labels, b * sizeof *dst->labels);
     memcpy(dst->index, src->index, b * sizeof *dst->index);

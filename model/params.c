@@ -89,12 +89,6 @@ void param_layout_free(ParamLayout *lay) {
     memset(lay, 0, sizeof *lay);
 }
 
-int param_layout_find(const ParamLayout *lay, const char *name) {
-    for (int i = 0; i < lay->n; i++)
-        if (strcmp(lay->t[i].name, name) == 0) return i;
-    return -1;
-}
-
 /* Standard normal from two counter-RNG uniforms (Box-Muller). */
 static float normal(uint64_t seed, uint64_t i) {
     double u1 = ((double)(mha_rng_u64(seed, 2 * i) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
@@ -104,8 +98,7 @@ static float normal(uint64_t seed, uint64_t i) {
 
 /* PyTorch's defaults, as the articles' model gets them: nn.Embedding N(0, 1),
  * nn.Linear weight and bias U(-1/sqrt(in), 1/sqrt(in)), LayerNorm weight 1 bias 0. */
-void params_init(float *host, const ParamLayout *lay, const ModelDims *d, uint64_t seed) {
-    (void)d;
+void params_init(float *host, const ParamLayout *lay, uint64_t seed) {
     for (int k = 0; k < lay->n; k++) {
         const ParamInfo *p = &lay->t[k];
         float *w = host + p->offset;

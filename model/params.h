@@ -54,11 +54,11 @@ typedef struct {
 
 void param_layout_build(ParamLayout *lay, const ModelDims *d, int decay_embeddings, int decay_norms);
 void param_layout_free(ParamLayout *lay);
-int param_layout_find(const ParamLayout *lay, const char *name);   /* -1 when absent */
 
-/* Host-side initialisation: linear weights Xavier-uniform, biases 0, LayerNorm 1/0,
- * embeddings N(0, 0.02*sqrt(C)/... see params.c), deterministic for a seed. */
-void params_init(float *host, const ParamLayout *lay, const ModelDims *d, uint64_t seed);
+/* Host-side initialisation, PyTorch's defaults (as the articles' model gets them), the same
+ * for a seed on every machine: embeddings N(0, 1); linear weights and biases
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); LayerNorm gains 1, biases 0. */
+void params_init(float *host, const ParamLayout *lay, uint64_t seed);
 
 /* Sinusoidal position table (P, C) as in docs/model.md. */
 void sinusoidal_table(float *out, int P, int C);

@@ -401,8 +401,6 @@ fb_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
     }
 }
 
-/* ------------------------------------------------------------------ backward: Di */
-
 /* ------------------------------------------------------------------ backward: dQ */
 
 /* dS over dP where it can be (FbPitch::kAlias: tf32x3), after it otherwise (bf16) */

@@ -104,7 +104,7 @@ cublasHandle_t mha_cu_cublas(void) { return g_cublas; }
 /* Memory accounting: bytes held through alloc() and scratch, and the peak. */
 static std::mutex g_mem_mutex;
 static std::unordered_map<void *, size_t> g_sizes;
-static size_t g_in_use = 0, g_peak = 0, g_last_request = 0;
+static size_t g_in_use = 0, g_peak = 0;
 
 static void account_add(void *p, size_t bytes) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
@@ -122,7 +122,6 @@ static void account_remove(void *p) {
     }
 }
 
-extern "C" size_t mha_cuda_last_alloc_request(void) { return g_last_request; }
 extern "C" size_t mha_cuda_bytes_in_use(void) { return g_in_use; }
 extern "C" size_t mha_cuda_peak_bytes(void) { return g_peak; }
 extern "C" void mha_cuda_reset_peak(void) {
@@ -148,7 +147,6 @@ extern "C" void mha_cuda_describe(char *buf, size_t len) {
 /* ------------------------------------------------------------------ memory ops */
 
 static void *cu_alloc(size_t bytes) {
-    g_last_request = bytes;
     void *p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {

@@ -13,8 +13,6 @@
 extern "C" {
 #endif
 
-/* Bytes asked for by the most recent alloc() of the CUDA backend (for an OOM message). */
-size_t mha_cuda_last_alloc_request(void);
 /* Device bytes currently held through alloc(), and the most ever held at once (including
  * the backend's own scratch buffers). */
 size_t mha_cuda_bytes_in_use(void);

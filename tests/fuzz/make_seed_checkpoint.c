@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     param_layout_build(&lay, &d, 0, 0);
     size_t n = lay.total;
     float *p = malloc(n * sizeof *p), *m = malloc(n * sizeof *m), *s = malloc(n * sizeof *s);
-    params_init(p, &lay, &d, 1);
+    params_init(p, &lay, 1);
     for (size_t i = 0; i < n; i++) { m[i] = 1e-3f * (float)(i % 7); s[i] = 1e-6f * (float)(i % 5); }
     param_layout_free(&lay);
     Checkpoint ck = {0};
