@@ -1,6 +1,7 @@
 /* tests/test_util.h: tiny helpers shared by the C tests: checks that count failures (CHECK,
  * or one printed line per check: test_result, test_expect), reading a file, normwise relative
- * error, allocation that exits on failure, float bit patterns, skipping (exit 77). */
+ * error, allocation that exits on failure, float bit patterns and guard cells, skipping
+ * (exit 77). */
 #ifndef MHA_TESTS_TEST_UTIL_H
 #define MHA_TESTS_TEST_UTIL_H
 
@@ -42,6 +43,15 @@ static inline void *test_malloc(size_t bytes) {
     }
     return p;
 }
+/* n doubles, zeroed; exits on failure. */
+static inline double *dalloc(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof(double));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
 /* 64-byte aligned and exactly `bytes` long (so that ASan sees any access past the end). */
 static inline void *test_aligned(size_t bytes) {
     void *p = NULL;
@@ -62,6 +72,14 @@ static inline float u2f(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* The bits of guard cell i of an output buffer, by position: -0 (catches a stray `+= +0`,
+ * the value of padding lanes), a NaN that nobody computes (catches any store), a large
+ * finite value. */
+static inline uint32_t guard_bits(size_t i) {
+    static const uint32_t g[3] = {0x80000000u, 0x7fc0beefu, 0x71234567u};
+    return g[i % 3];
 }
 
 static inline int test_skip(const char *why) {

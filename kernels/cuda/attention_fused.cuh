@@ -129,8 +129,7 @@ __global__ void fused_rowdot_do_o_kernel(float *__restrict__ Di, const float *__
             s += g * out[base + d];
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = warp_sum(s);
     if (lane == 0) Di[r] = s;
 }
 

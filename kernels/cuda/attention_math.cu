@@ -21,18 +21,6 @@
 
 #include <cmath>
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 __device__ __forceinline__ int valid_keys(const int32_t *lengths, int b, int i, int T, int causal) {
     int len = lengths[b];
     len = len < 0 ? 0 : (len > T ? T : len);

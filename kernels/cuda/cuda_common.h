@@ -4,7 +4,8 @@
  *    programming failures are fatal: the ops return void, see kernels/backend.h).
  *  - LAUNCH_CHECK(): after every kernel launch. With MHA_CUDA_SYNC=1 in the environment it
  *    also synchronises, so an asynchronous fault is reported at the kernel that caused it.
- *  - the cuBLAS handle, a growable scratch allocator, and the launch-size helpers.
+ *  - the cuBLAS handle, a growable scratch allocator, the launch-size helpers, and the
+ *    whole-warp reductions warp_max / warp_sum.
  *  - the declarations of the ops each file defines (C++ linkage, prefix mha_cu_).
  *
  * Everything runs on the legacy default stream, in issue order: the ops are stream-ordered,
@@ -111,6 +112,19 @@ static inline unsigned int mha_cu_blocks(size_t n, unsigned int threads, unsigne
     if (b < 1) b = 1;
     if (b > cap) b = cap;   /* kernels use grid-stride loops beyond this */
     return (unsigned int)b;
+}
+
+/* ---- whole-warp reductions: every lane of the warp must call them; all get the result ---- */
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 /* ---- ops, by file ---- */

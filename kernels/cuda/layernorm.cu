@@ -9,12 +9,6 @@
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/colsum.cuh"
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
                                          const float *w, const float *b, int N, int C) {
     const int lane = threadIdx.x & 31;

@@ -18,18 +18,14 @@ __global__ void crossentropy_kernel(float *losses, float *probs, float *dlogits,
     const float *x = logits + (size_t)b * K;
     float m = -INFINITY;
     for (int k = lane; k < K; k += 32) m = fmaxf(m, x[k]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = warp_max(m);
     float s = 0.0f, sx = 0.0f;
     for (int k = lane; k < K; k += 32) {
         s += expf(x[k] - m);
         sx += x[k];
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-        sx += __shfl_xor_sync(0xffffffffu, sx, o);
-    }
+    s = warp_sum(s);
+    sx = warp_sum(sx);
     const float lse = m + logf(s);
     const int y = labels[b];
     const bool ok = y >= 0 && y < K;

@@ -8,12 +8,7 @@
 #include <time.h>
 
 #include "data/dataset.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "tests/bench/bench_util.h"
 
 static void report(const char *what, double secs, long lines, double bytes, double chars) {
     printf("%-44s %9.0f lines/s  %7.1f MB/s  %6.2f M chars/s\n", what, lines / secs,
@@ -73,17 +68,17 @@ int main(int argc, char **argv) {
     long tokens = 0;
     for (int m = 0; m < 2; m++) {
         TokenizerOptions o = {modes[m].nfkc, modes[m].casefold, 1};
-        double t0 = now();
+        double t0 = bench_now();
         tokenize(&o, "x", 1, &tl, NULL);   /* builds the table for these options */
-        double first = now() - t0, best = 1e30;
+        double first = bench_now() - t0, best = 1e30;
         for (int r = 0; r < reps; r++) {
             tokens = 0;
-            t0 = now();
+            t0 = bench_now();
             for (long i = 0; i < n_lines; i++) {
                 tokenize(&o, text[i], len[i], &tl, NULL);
                 tokens += tl.n;
             }
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             if (dt < best) best = dt;
         }
         report(modes[m].name, best, n_lines, bytes, chars);
@@ -100,12 +95,12 @@ int main(int argc, char **argv) {
         LabelMap lm;
         Dataset d;
         MhaError err;
-        double t0 = now();
+        double t0 = bench_now();
         if (dataset_load_train(path, &ro, 1, 0, &v, &lm, &d, &err)) {
             fprintf(stderr, "bench_tokenize: %s\n", err.msg);
             return 1;
         }
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (dt < best) best = dt;
         dataset_free(&d);
         vocab_free(v);

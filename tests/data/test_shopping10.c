@@ -5,15 +5,10 @@
 #include <unistd.h>
 
 #include "data/batcher.h"
+#include "tests/bench/bench_util.h"
 #include "tests/test_util.h"
 
 #define DIR "../shared/data/shopping10/"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(void) {
     if (access(DIR "train.tsv", R_OK) != 0 || access(DIR "dev.tsv", R_OK) != 0)
@@ -28,9 +23,9 @@ int main(void) {
     LabelMap lm;
     Dataset tr, dev;
     MhaError err = {0, ""};
-    double t0 = now();
+    double t0 = bench_now();
     int rc = dataset_load_train(DIR "train.tsv", &o, 1, 50000, &v, &lm, &tr, &err);
-    double t1 = now();
+    double t1 = bench_now();
     CHECK(rc == 0, "train: %s", err.msg);
     if (rc) return test_finish("test_shopping10");
     rc = dataset_load(DIR "dev.tsv", &o, v, &lm, &dev, &err);

@@ -187,12 +187,7 @@ static void test_round(void) {
 
 /* ================================ 2. the GEMM ================================ */
 
-/* Guard cells of C, by position: -0 (catches a stray `+= +0`, the value of padding
- * lanes), a NaN that nobody computes (catches any store), a large finite value. */
-static uint32_t guard_bits(size_t i) {
-    static const uint32_t g[3] = {0x80000000u, 0x7fc0beefu, 0x71234567u};
-    return g[i % 3];
-}
+/* Guard cells of C: test_util.h's guard_bits. */
 
 typedef struct { int M, N, K; } Size;
 static const Size sizes[] = {

@@ -43,14 +43,6 @@ static float *falloc(size_t n) {
     memset(p, 0, (n ? n : 1) * sizeof(float));
     return p;
 }
-static double *dalloc(size_t n) {
-    double *p = calloc(n ? n : 1, sizeof(double));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 /* f (n) uniform in [lo, hi) and d (n) = the same values in double */
 static void fill2(float *f, double *d, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) {

@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/layers_f64.h"
 #include "kernels/rng.h"
+#include "tests/test_util.h"
 
 #define H 1e-6
 #define TOL 1e-6
@@ -32,14 +33,6 @@ static void fill_away(double *x, size_t n, double lo, double hi) {
     fill(x, n, lo, hi);
     for (size_t i = 0; i < n; i++)
         if (mha_rng_uniform(777, fill_counter++) < 0.5f) x[i] = -x[i];
-}
-static double *dalloc(size_t n) {
-    double *p = calloc(n ? n : 1, sizeof(double));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
 }
 static double dot(const double *a, const double *b, size_t n) {
     double s = 0;
