@@ -1,6 +1,7 @@
-/* kernels/profile.c: the timing wrapper backend (see profile.h). Each wrapped op syncs
- * the inner backend before and after, so device ops are timed too. */
+/* kernels/profile.c: the timing wrapper backend and its report (see profile.h). Each
+ * wrapped op syncs the inner backend before and after, so device ops are timed too. */
 #include "kernels/profile.h"
+#include <stdio.h>
 #include <time.h>
 
 static const Backend *inner;
@@ -137,4 +138,51 @@ const char *profile_family_name(int f) {
     static const char *names[PROF_FAMILIES] = {"GEMM (linear layers)", "attention", "LayerNorm", "elementwise (act, dropout, add)",
                                                "embedding, pooling, loss", "optimizer (AdamW, norm, clip)", "zero / copies"};
     return f >= 0 && f < PROF_FAMILIES ? names[f] : "?";
+}
+
+/* GEMM GFLOP/s of the backend's linear layer (sgemm, or the bf16 GEMM in mixed precision) on
+ * the feed-forward shape at this batch size: the ceiling the whole step is compared with. */
+static double gemm_ceiling(const Backend *be, int N, int C, int F) {
+    size_t fl = sizeof(float);
+    float *a = be->alloc((size_t)N * C * fl), *w = be->alloc((size_t)F * C * fl), *o = be->alloc((size_t)N * F * fl);
+    if (!a || !w || !o) return 0;
+    be->zero(a, (size_t)N * C * fl);
+    be->zero(w, (size_t)F * C * fl);
+    int reps = 0;
+    double t0 = now(), t;
+    do {
+        be->linear_forward(o, a, w, NULL, N, C, F);
+        be->sync();
+        reps++;
+    } while ((t = now() - t0) < 0.3);
+    be->free(a);
+    be->free(w);
+    be->free(o);
+    return 2.0 * N * C * F * reps / t / 1e9;
+}
+
+void profile_print_report(double total, double data_seconds, long tokens, int N, int C, int F) {
+    const Backend *be = inner;   /* the ceiling is timed without the wrapper */
+    const ProfileCounters *pc = &counters;
+    double op_total = 0, flops = pc->flops[PROF_GEMM] + pc->flops[PROF_ATTENTION];
+    for (int f = 0; f < PROF_FAMILIES; f++) op_total += pc->seconds[f];
+    fprintf(stderr, "\nprofile: %.2f s of training, %ld real tokens (%.0f tokens/s)\n", total, tokens, tokens / total);
+    fprintf(stderr, "| op family | seconds | share | calls | GFLOP/s |\n|---|---:|---:|---:|---:|\n");
+    for (int f = 0; f < PROF_FAMILIES; f++) {
+        fprintf(stderr, "| %s | %.3f | %.1f%% | %ld |", profile_family_name(f), pc->seconds[f],
+                100.0 * pc->seconds[f] / total, pc->calls[f]);
+        if (pc->flops[f] > 0) fprintf(stderr, " %.1f |\n", pc->flops[f] / pc->seconds[f] / 1e9);
+        else fprintf(stderr, " |\n");
+    }
+    fprintf(stderr, "| data (batching) | %.3f | %.1f%% | | |\n", data_seconds, 100.0 * data_seconds / total);
+    fprintf(stderr, "| other (host side) | %.3f | %.1f%% | | |\n", total - op_total - data_seconds,
+            100.0 * (total - op_total - data_seconds) / total);
+    /* before the ceiling's own buffers below; parsed by benchmark scripts: keep the format */
+    if (be->peak_bytes) fprintf(stderr, "peak device memory: %.1f MiB\n", be->peak_bytes() / 1048576.0);
+    double ceiling = gemm_ceiling(be, N, C, F);
+    double achieved = flops / total / 1e9;
+    const char *kind = be->bf16 ? "bf16 GEMM" : "sgemm";
+    fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the %s "
+            "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, kind,
+            ceiling, N, C, F, be->name);
 }

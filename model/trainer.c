@@ -1,4 +1,8 @@
-/* model/trainer.c: the training loop of mha-train (see trainer.h). */
+/* model/trainer.c: the training run of mha-train (see trainer.h): its data read and
+ * checked, its model built, the epochs of updates (each update's outcome logged and shown,
+ * dev evaluation, early stopping, last.mha at each epoch's end) and the end of the run
+ * (model.mha, the test report). What last.mha's training state holds and how --resume
+ * reads it back is in resume.c; what a run holds is in run.h. */
 #include "model/trainer.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
@@ -11,10 +15,11 @@
 #include "model/evaluate.h"
 #include "model/metrics.h"
 #include "model/optimizer.h"
+#include "model/resume.h"
+#include "model/run.h"
 #include "model/run_dir.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,141 +38,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Everything a run holds, so helpers can take one pointer. */
-typedef struct {
-    Config *cfg;
-    const Backend *be;
-    Vocab *vocab;
-    LabelMap labels;
-    Dataset train, dev, test;
-    int has_dev, has_test;
-    Model model;
-    AdamW opt;
-    int add_cls, truncate;
-    long update, total_updates, updates_per_epoch;
-    int epoch, batch_pos;                 /* data position of the next update */
-    double best_metric;  long best_update; int evals_since_best;
-    int bad_steps;
-    float *best_params;                   /* host copy of the best parameters */
-    FILE *metrics_log;
-    int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
-    int test_reported;                    /* the test report of the finished run was printed and logged */
-    long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
-    uint64_t train_fingerprint;           /* dataset_fingerprint of train, taken once */
-    double elapsed_before;                /* training seconds in earlier runs (resume) */
-} Run;
-
-static char *state_json(const Run *r) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "update", (double)r->update);
-    cJSON_AddNumberToObject(o, "epoch", r->epoch);
-    cJSON_AddNumberToObject(o, "batch_pos", r->batch_pos);
-    cJSON_AddNumberToObject(o, "adam_t", r->opt.t);
-    cJSON_AddNumberToObject(o, "best_metric", r->best_metric);
-    cJSON_AddNumberToObject(o, "best_update", (double)r->best_update);
-    cJSON_AddNumberToObject(o, "evals_since_best", r->evals_since_best);
-    cJSON_AddNumberToObject(o, "bad_steps", r->bad_steps);
-    cJSON_AddNumberToObject(o, "elapsed", r->elapsed_before);
-    /* the log's size now: records after it (of a run killed before its next save) are dropped
-     * on resume, which writes them again */
-    long log_bytes = r->metrics_log && !r->metrics_failed ? ftell(r->metrics_log) : -1;
-    cJSON_AddNumberToObject(o, "metrics_bytes", (double)log_bytes);
-    char fp[24];   /* a 64-bit number, as text: JSON numbers are doubles */
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->train_fingerprint);
-    cJSON_AddStringToObject(o, "train_fingerprint", fp);
-    cJSON_AddNumberToObject(o, "train_examples", r->train.n);
-    cJSON_AddBoolToObject(o, "test_reported", r->test_reported);
-    char *s = cJSON_Print(o);
-    cJSON_Delete(o);
-    return s;
-}
-
-static double json_num(const cJSON *o, const char *key, double dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
-/* A whole number lo..hi from the resume state (dflt when absent), or -1 with err filled:
- * the state comes from a file, and a value outside what mha-train writes must not become
- * an out-of-range integer conversion or a nonsense position. */
-static int state_int(const cJSON *o, const char *key, double dflt, double lo, double hi, double *out,
-                     const char *path, MhaError *err) {
-    double v = json_num(o, key, dflt);
-    if (!(v >= lo && v <= hi) || v != floor(v)) {
-        mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (%s = %g; expected a whole number from "
-                 "%.0f to %.0f)", path, key, v, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Whether a resumed run has nothing left to do: every epoch trained (or stopped early by
- * patience), its model.mha saved (the best on dev, or without a dev set the final
- * parameters) and, with a test set, its test report given. A run killed before saving
- * model.mha or during the test report is not complete: resuming it does what is left. */
-static int run_complete(const Config *cfg, int epoch, int evals_since_best, long best_update, int has_dev,
-                        int best_saved, int test_pending) {
-    return (epoch >= cfg->epochs || (cfg->patience > 0 && evals_since_best >= cfg->patience)) &&
-           (best_update >= 0 || (!has_dev && best_saved)) && !test_pending;
-}
-
-/* The state's test_reported (a run killed during its test report has it false); checkpoints
- * written before it existed count as reported. */
-static int test_pending(const cJSON *st, const Config *cfg) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(st, "test_reported");
-    return cfg->test[0] && cJSON_IsBool(t) && !cJSON_IsTrue(t);
-}
-
-static void say_complete(const char *resume_path, long update, int all_epochs, const char *best_path) {
-    fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
-            "Its model is %s (evaluate it with mha-predict --model %s --eval FILE)\n", resume_path, update,
-            all_epochs ? ", every epoch" : ", stopped early", best_path, best_path);
-}
-
-/* model.mha in the output folder loads and has n_params parameters; its parameters go to
- * params when that is not NULL. */
-static int best_model_saved(const char *best_path, size_t n_params, float *params) {
-    Checkpoint best;
-    MhaError ignore;
-    if (checkpoint_load(best_path, &best, &ignore) != 0) return 0;
-    int ok = best.n_params == n_params;
-    if (ok && params) memcpy(params, best.params, n_params * sizeof(float));
-    checkpoint_free(&best);
-    return ok;
-}
-
-/* Before any data is read: a finished run says so at once (reading shopping10 alone takes a
- * second), as does one already at the update --max-steps (max_steps > 0) stops at. Anything
- * unexpected in the state is left to the full check after loading. */
-static int complete_before_loading(const Checkpoint *resume, const Config *cfg, const char *resume_path,
-                                   long max_steps) {
-    cJSON *st = cJSON_Parse(resume->state_json);
-    double upd, ep, bu, esb;
-    MhaError ignore;
-    int done = 0;
-    if (cJSON_IsObject(st) && !state_int(st, "update", 0, 0, 9007199254740992.0, &upd, resume_path, &ignore) &&
-        !state_int(st, "epoch", 0, 0, cfg->epochs, &ep, resume_path, &ignore) &&
-        !state_int(st, "best_update", -1, -1, upd, &bu, resume_path, &ignore) &&
-        !state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, resume_path, &ignore)) {
-        if (!isfinite(json_num(st, "best_metric", 0))) bu = -1;
-        char best_path[4300];
-        snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
-        int best_saved = best_model_saved(best_path, resume->n_params, NULL);
-        if (!best_saved) bu = -1;
-        if (run_complete(cfg, (int)ep, (int)esb, (long)bu, cfg->dev[0] != '\0', best_saved, test_pending(st, cfg))) {
-            say_complete(resume_path, (long)upd, (int)ep >= cfg->epochs, best_path);
-            done = 1;
-        } else if (max_steps > 0 && upd >= (double)max_steps) {
-            fprintf(stderr, "mha-train: %s is at update %.0f, where --max-steps %ld stops; nothing to do "
-                    "(a larger --max-steps, or none, goes on)\n", resume_path, upd, max_steps);
-            done = 1;
-        }
-    }
-    cJSON_Delete(st);
-    return done;
 }
 
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
@@ -194,9 +64,9 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
     }
     if (params) r->be->to_host(params, r->model.params, bytes);
     if (with_state) {
-        r->be->to_host(m, r->opt.m, bytes);
-        r->be->to_host(v, r->opt.v, bytes);
-        if (!(ck.state_json = state_json(r))) {
+        r->be->to_host(m, r->adamw.m, bytes);
+        r->be->to_host(v, r->adamw.v, bytes);
+        if (!(ck.state_json = train_state_json(r))) {
             rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory for the training state; the previous checkpoint "
                           "is untouched", path);
             goto done;
@@ -399,7 +269,7 @@ static void print_data_stats(Run *r, Batcher *bt) {
 }
 
 static void free_run(Run *r, int own_vocab) {
-    adamw_destroy(&r->opt, &r->model);
+    adamw_destroy(&r->adamw, &r->model);
     model_destroy(&r->model);
     dataset_free(&r->train);
     dataset_free(&r->dev);
@@ -412,59 +282,21 @@ static void free_run(Run *r, int own_vocab) {
     if (r->metrics_log) fclose(r->metrics_log);
 }
 
+/* train.patience and train.eval_every evaluate on the dev set: without one, said once. */
+static void note_no_dev(const Config *cfg) {
+    const int p = cfg->patience > 0, e = cfg->eval_every > 0;
+    if (!p && !e) return;
+    fprintf(stderr, "mha-train: note: %s on the dev set, and there is none (data.dev): %s nothing; the final "
+            "parameters become the model\n",
+            p && e ? "train.patience and train.eval_every evaluate" : p ? "train.patience evaluates" : "train.eval_every evaluates",
+            p && e ? "they do" : "it does");
+}
 
 static const Batch *next_batch(Batcher *bt, double *seconds) {
     double t0 = now_s();
     const Batch *b = batcher_next(bt);
     *seconds += now_s() - t0;
     return b;
-}
-
-/* GEMM GFLOP/s of the backend's linear layer (sgemm, or the bf16 GEMM in mixed precision) on
- * the feed-forward shape at this batch size: the ceiling the whole step is compared with. */
-static double gemm_ceiling(const Backend *be, int N, int C, int F) {
-    size_t fl = sizeof(float);
-    float *a = be->alloc((size_t)N * C * fl), *w = be->alloc((size_t)F * C * fl), *o = be->alloc((size_t)N * F * fl);
-    if (!a || !w || !o) return 0;
-    be->zero(a, (size_t)N * C * fl);
-    be->zero(w, (size_t)F * C * fl);
-    int reps = 0;
-    double t0 = now_s(), t;
-    do {
-        be->linear_forward(o, a, w, NULL, N, C, F);
-        be->sync();
-        reps++;
-    } while ((t = now_s() - t0) < 0.3);
-    be->free(a);
-    be->free(w);
-    be->free(o);
-    return 2.0 * N * C * F * reps / t / 1e9;
-}
-
-static void print_profile(const Backend *be, const Config *c, double total, double data_seconds, long tokens) {
-    ProfileCounters *pc = profile_counters();
-    double op_total = 0, flops = pc->flops[PROF_GEMM] + pc->flops[PROF_ATTENTION];
-    for (int f = 0; f < PROF_FAMILIES; f++) op_total += pc->seconds[f];
-    fprintf(stderr, "\nprofile: %.2f s of training, %ld real tokens (%.0f tokens/s)\n", total, tokens, tokens / total);
-    fprintf(stderr, "| op family | seconds | share | calls | GFLOP/s |\n|---|---:|---:|---:|---:|\n");
-    for (int f = 0; f < PROF_FAMILIES; f++) {
-        fprintf(stderr, "| %s | %.3f | %.1f%% | %ld |", profile_family_name(f), pc->seconds[f],
-                100.0 * pc->seconds[f] / total, pc->calls[f]);
-        if (pc->flops[f] > 0) fprintf(stderr, " %.1f |\n", pc->flops[f] / pc->seconds[f] / 1e9);
-        else fprintf(stderr, " |\n");
-    }
-    fprintf(stderr, "| data (batching) | %.3f | %.1f%% | | |\n", data_seconds, 100.0 * data_seconds / total);
-    fprintf(stderr, "| other (host side) | %.3f | %.1f%% | | |\n", total - op_total - data_seconds,
-            100.0 * (total - op_total - data_seconds) / total);
-    /* before the ceiling's own buffers below; parsed by benchmark scripts: keep the format */
-    if (be->peak_bytes) fprintf(stderr, "peak device memory: %.1f MiB\n", be->peak_bytes() / 1048576.0);
-    int N = c->batch_size * (c->max_len < 64 ? c->max_len : 64);
-    double ceiling = gemm_ceiling(be, N, c->d_model, c->d_ff);
-    double achieved = flops / total / 1e9;
-    const char *kind = be->bf16 ? "bf16 GEMM" : "sgemm";
-    fprintf(stderr, "whole step: %.1f GFLOP/s (GEMM + attention work on padded shapes) = %.0f%% of the %s "
-            "ceiling %.1f GFLOP/s (%d x %d x %d, %s backend)\n", achieved, 100.0 * achieved / ceiling, kind,
-            ceiling, N, c->d_model, c->d_ff, be->name);
 }
 
 /* The progress line on stderr, across updates. */
@@ -487,20 +319,26 @@ typedef struct {
     long tokens;     /* real tokens in its batches */
 } PendingUpdate;
 
+/* What an update came to: the mean loss over its examples, the gradient norm (before
+ * clipping), and whether it was skipped (non-finite loss or gradients). */
+typedef struct {
+    double loss, grad_norm;
+    int skipped;
+} UpdateOutcome;
+
 /* Reads the outcome of the pending update (adamw_outcome: waits for the copy back queued right
  * after its AdamW, not for what was queued later), counts a skipped one and ends a diverging
- * run, logs its record and prints the progress line. 0, or the exit code. */
-static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err) {
-    if (!pu->queued) return 0;
-    pu->queued = 0;
+ * run. 0, or the exit code. */
+static int read_outcome(Run *r, const PendingUpdate *pu, int tty, UpdateOutcome *out, MhaError *err) {
     const Config *cfg = r->cfg;
     double loss_sum = 0, gnorm = 0;
-    int skipped = adamw_outcome(&r->opt, &r->model, &loss_sum, &gnorm);
+    int skipped = adamw_outcome(&r->adamw, &r->model, &loss_sum, &gnorm);
     double loss = loss_sum / (double)pu->examples;
+    *out = (UpdateOutcome){.loss = loss, .grad_norm = gnorm, .skipped = skipped};
     if (skipped) {
         r->bad_steps++;
         fprintf(stderr, "%swarning: update %ld: non-finite loss or gradients (loss %g, grad norm %g); "
-                "update skipped (%d in a row)\n", pg->tty ? "\r\033[K" : "", pu->update, loss, gnorm, r->bad_steps);
+                "update skipped (%d in a row)\n", tty ? "\r\033[K" : "", pu->update, loss, gnorm, r->bad_steps);
         if (r->bad_steps >= cfg->max_bad_steps) {
             char last[4300];
             snprintf(last, sizeof last, "%s/last.mha", cfg->out_dir);
@@ -513,23 +351,34 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
     } else {
         r->bad_steps = 0;
     }
+    return 0;
+}
+
+/* The update's "train" record in metrics.jsonl. */
+static void log_update(Run *r, const PendingUpdate *pu, const UpdateOutcome *out) {
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "type", "train");
     cJSON_AddNumberToObject(rec, "update", (double)pu->update);
     cJSON_AddNumberToObject(rec, "epoch", pu->epoch + 1);
-    cJSON_AddNumberToObject(rec, "loss", isfinite(loss) ? loss : -1);
+    cJSON_AddNumberToObject(rec, "loss", isfinite(out->loss) ? out->loss : -1);
     cJSON_AddNumberToObject(rec, "lr", pu->lr);
-    cJSON_AddNumberToObject(rec, "grad_norm", isfinite(gnorm) ? gnorm : -1);
-    cJSON_AddBoolToObject(rec, "skipped", skipped);
+    cJSON_AddNumberToObject(rec, "grad_norm", isfinite(out->grad_norm) ? out->grad_norm : -1);
+    cJSON_AddBoolToObject(rec, "skipped", out->skipped);
     log_record(r, rec);
+}
 
+/* The update's tokens into the tok/s window, and the progress line when it is due: every
+ * print_every updates (on a terminal, every update) but at most every 0.2 s on a terminal
+ * and 5 s elsewhere, except at the last update and every 10 x print_every. */
+static void print_progress(const Run *r, const PendingUpdate *pu, double loss, Progress *pg) {
+    const Config *cfg = r->cfg;
     pg->tokens_window += pu->tokens;
     double t = now_s();
     long u = pu->update, every = pg->print_every;
     if (!pg->quiet && (u % every == 0 || pg->tty || u == r->total_updates) &&
         (t - pg->t_last_print > (pg->tty ? 0.2 : 5.0) || u == r->total_updates || u % (every * 10) == 0)) {
         double tps = pg->tokens_window / (t - pg->t_window > 1e-9 ? t - pg->t_window : 1e-9);
-        double elapsed = r->elapsed_before + (t - pg->t_start);
+        double elapsed = r->seconds_trained + (t - pg->t_start);
         double per_update = (t - pg->t_start) / (double)(u - pg->start_update);
         char el[32], eta[32];
         format_duration(el, sizeof el, elapsed);
@@ -541,134 +390,18 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
         pg->tokens_window = 0;
         pg->t_window = t;
     }
-    return 0;
 }
 
-/* train.patience and train.eval_every evaluate on the dev set: without one, said once. */
-static void note_no_dev(const Config *cfg) {
-    const int p = cfg->patience > 0, e = cfg->eval_every > 0;
-    if (!p && !e) return;
-    fprintf(stderr, "mha-train: note: %s on the dev set, and there is none (data.dev): %s nothing; the final "
-            "parameters become the model\n",
-            p && e ? "train.patience and train.eval_every evaluate" : p ? "train.patience evaluates" : "train.eval_every evaluates",
-            p && e ? "they do" : "it does");
-}
-
-/* --resume: loads the checkpoint into *resume and the config it stores into cfg, and moves
- * the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
- * complete: said, nothing to do) or an exit code with err filled; *resume is freed on every
- * path that does not return 0 with *done clear. */
-static int open_resume(const char *path, long max_steps, Config *cfg, Checkpoint *resume, int *done,
-                       MhaError *err) {
-    int rc;
-    *done = 0;
-    if ((rc = checkpoint_load(path, resume, err))) return rc;
-    if (!resume->state_json || !resume->adam_m) {
-        checkpoint_free(resume);
-        return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
-                        "(resume from OUTPUT_DIR/last.mha)", path);
-    }
-    if (config_from_json(cfg, resume->config_json, "", err) != 0) {
-        char inner[1800];
-        snprintf(inner, sizeof inner, "%.1700s", err->msg);
-        checkpoint_free(resume);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
-    }
-    if ((rc = checkpoint_check_layout(resume, cfg, path, err))) {
-        checkpoint_free(resume);
-        return rc;
-    }
-    /* the run goes on in the folder that holds last.mha, wherever it was started */
-    char dir[PATH_MAX], stored[PATH_MAX];
-    if (!run_dir_of(path, dir, sizeof dir) || strlen(dir) >= sizeof cfg->out_dir) {
-        checkpoint_free(resume);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot resolve its folder (%s)", path,
-                        strerror(errno ? errno : ENAMETOOLONG));
-    }
-    if (!realpath(cfg->out_dir, stored) || strcmp(dir, stored) != 0) {
-        fprintf(stderr, "mha-train: note: continuing in %s, the folder of %s (the run was "
-                "started with output.dir %s)\n", dir, path, cfg->out_dir);
-        snprintf(cfg->out_dir, sizeof cfg->out_dir, "%s", dir);
-    }
-    if (complete_before_loading(resume, cfg, path, max_steps)) {
-        checkpoint_free(resume);
-        *done = 1;
-    }
-    return 0;
-}
-
-/* --resume: the parameters, AdamW moments and training state of the checkpoint into the
- * run (the model and optimizer exist). Returns 0 (*done set when the run turns out complete:
- * said, nothing to do) or an exit code with err filled. */
-static int restore_state(Run *r, const Checkpoint *resume, const char *rp, int quiet, int *done, MhaError *err) {
-    const Config *cfg = r->cfg;
-    const size_t pbytes = r->model.lay.total * sizeof(float);
-    *done = 0;
-    if (resume->n_params != r->model.lay.total)
-        return mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint has %zu parameters, the config describes %zu", rp,
-                        resume->n_params, r->model.lay.total);
-    r->be->to_device(r->model.params, resume->params, pbytes);
-    r->be->to_device(r->opt.m, resume->adam_m, pbytes);
-    r->be->to_device(r->opt.v, resume->adam_v, pbytes);
-    cJSON *st = cJSON_Parse(resume->state_json);
-    double upd, ep, pos, t, bu, esb, bad;
-    if (!cJSON_IsObject(st) ||
-        state_int(st, "update", 0, 0, 9007199254740992.0, &upd, rp, err) ||
-        state_int(st, "epoch", 0, 0, cfg->epochs, &ep, rp, err) ||
-        state_int(st, "batch_pos", 0, 0, INT32_MAX, &pos, rp, err) ||
-        state_int(st, "adam_t", 0, 0, INT32_MAX, &t, rp, err) ||
-        state_int(st, "best_update", -1, -1, upd, &bu, rp, err) ||
-        state_int(st, "evals_since_best", 0, 0, INT32_MAX, &esb, rp, err) ||
-        state_int(st, "bad_steps", 0, 0, INT32_MAX, &bad, rp, err)) {
-        if (!cJSON_IsObject(st))
-            mha_fail(err, MHA_EXIT_DATA, "%s: corrupt training state (expected a JSON object)", rp);
-        cJSON_Delete(st);
-        return MHA_EXIT_DATA;
-    }
-    r->update = (long)upd;
-    r->epoch = (int)ep;
-    r->batch_pos = (int)pos;
-    r->opt.t = (int)t;
-    r->best_metric = json_num(st, "best_metric", 0);
-    r->best_update = (long)bu;
-    r->evals_since_best = (int)esb;
-    r->bad_steps = (int)bad;
-    r->elapsed_before = json_num(st, "elapsed", 0);
-    /* the same training examples as when the run started (absent in older checkpoints) */
-    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(st, "train_fingerprint");
-    char now[24];
-    snprintf(now, sizeof now, "%016llx", (unsigned long long)r->train_fingerprint);
-    if (cJSON_IsString(fp) && strcmp(fp->valuestring, now) != 0) {
-        mha_fail(err, MHA_EXIT_DATA, "%s: the training data changed since this run started (%s: %d examples "
-                 "now, %.0f then): --resume goes on only with the examples the run started on; restore the "
-                 "file, or start a new run (--config ... --overwrite)", rp, cfg->train, r->train.n,
-                 json_num(st, "train_examples", -1));
-        cJSON_Delete(st);
-        return MHA_EXIT_DATA;
-    }
-    r->test_reported = !test_pending(st, cfg);
-    double mb = json_num(st, "metrics_bytes", -1);
-    r->metrics_saved_bytes = mb >= 0 && mb <= (double)LONG_MAX && mb == floor(mb) ? (long)mb : -1;
-    if (!isfinite(r->elapsed_before) || r->elapsed_before < 0) r->elapsed_before = 0;
-    if (!isfinite(r->best_metric)) r->best_update = -1;   /* no usable best so far */
-    cJSON_Delete(st);
-    /* the best parameters so far are in model.mha */
-    char best_path[4300];
-    snprintf(best_path, sizeof best_path, "%s/model.mha", cfg->out_dir);
-    int best_saved = best_model_saved(best_path, r->model.lay.total, r->best_update >= 0 ? r->best_params : NULL);
-    if (!best_saved) r->best_update = -1;
-    /* normally said before loading the data (complete_before_loading); a run killed before
-     * saving model.mha goes on below to save it and print the test report */
-    if (run_complete(cfg, r->epoch, r->evals_since_best, r->best_update, r->has_dev, best_saved, !r->test_reported)) {
-        say_complete(rp, r->update, r->epoch >= cfg->epochs, best_path);
-        *done = 1;
-        return 0;
-    }
-    if (!quiet && r->epoch < cfg->epochs)
-        fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", rp,
-                r->update, r->epoch + 1, r->batch_pos);
-    else if (!quiet)   /* every epoch done; what is left is the model.mha of the end */
-        fprintf(stderr, "resuming %s at update %ld (after the last epoch)\n", rp, r->update);
+/* The pending update, if one is queued: its outcome read (a diverging run ends here), logged
+ * and shown. 0, or the exit code. */
+static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err) {
+    if (!pu->queued) return 0;
+    pu->queued = 0;
+    UpdateOutcome out;
+    int rc = read_outcome(r, pu, pg->tty, &out, err);
+    if (rc) return rc;
+    log_update(r, pu, &out);
+    print_progress(r, pu, out.loss, pg);
     return 0;
 }
 
@@ -690,6 +423,185 @@ static void report_test(Run *r) {
     metrics_free(&mt);
 }
 
+/* Why the epochs end before the last one is trained, if they do. */
+typedef enum {
+    KEEP_TRAINING = 0,
+    STOP_EARLY,    /* train.patience: the run ends as after its last epoch (model.mha, test report) */
+    STOP_PAUSED,   /* Ctrl-C or --max-steps: last.mha saved, --resume goes on from there */
+} StopReason;
+
+/* The epochs from the run's position on: updates, dev evaluations, early stopping and
+ * last.mha at the end of each epoch, and with --profile the report of the loop. Returns 0
+ * with *stop KEEP_TRAINING (every epoch trained) or STOP_EARLY; STOP_PAUSED (last.mha saved,
+ * said) with 0, or 130 after Ctrl-C; or an exit code with err filled. */
+static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason *stop, MhaError *err) {
+    const Config *cfg = r->cfg;
+    int rc;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
+                   .start_update = r->update, .print_every = r->total_updates / 100 > 0 ? r->total_updates / 100 : 1};
+    pg.t_window = pg.t_start;
+    const int tty = pg.tty;
+    double data_seconds = 0, loop_start = now_s();
+    long profiled_tokens = 0;
+    memset(profile_counters(), 0, sizeof(ProfileCounters));  /* count the training loop only */
+    PendingUpdate pending = {0};
+    /* a resumed run that patience had already stopped (killed during its test report) trains no more */
+    *stop = r->has_dev && cfg->patience > 0 && r->evals_since_best >= cfg->patience ? STOP_EARLY : KEEP_TRAINING;
+
+    while (r->epoch < cfg->epochs && *stop == KEEP_TRAINING) {
+        batcher_start_epoch(bt, r->epoch, 1, r->batch_pos);
+        while (bt->pos < bt->n_batches && *stop == KEEP_TRAINING) {
+            model_zero_grads(&r->model);
+            adamw_begin(&r->adamw, &r->model);
+            long examples = 0, tokens = 0;
+            const Batch *b;
+            for (int k = 0; k < cfg->grad_accum && (b = next_batch(bt, &data_seconds)) != NULL; k++) {
+                uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r->update * cfg->grad_accum + k);
+                model_forward(&r->model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
+                model_backward(&r->model, 1.0f, seed);
+                model_loss_accumulate(&r->model, r->adamw.stats);
+                examples += b->B;
+                tokens += b->real_tokens;
+                profiled_tokens += b->real_tokens;
+            }
+            /* The previous update's outcome: a wait for its AdamW only, while the device has
+             * this update's forward and backward, queued above, to run. */
+            if ((rc = finish_update(r, &pending, &pg, err))) return rc;
+            r->be->scale(r->model.grads, r->model.lay.total, 1.0f / (float)examples);
+            float lr = schedule_lr(cfg, r->update, r->total_updates);
+            adamw_queue(&r->adamw, &r->model, cfg, lr);
+            r->batch_pos = bt->pos;
+            r->update++;
+            pending = (PendingUpdate){.queued = 1, .update = r->update, .epoch = r->epoch, .lr = lr,
+                                      .examples = examples, .tokens = tokens};
+            if (r->has_dev && cfg->eval_every > 0 && r->update % cfg->eval_every == 0) {
+                if ((rc = finish_update(r, &pending, &pg, err))) return rc;
+                if (tty) fputc('\n', stderr);
+                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, err))) return rc;   /* during epoch r->epoch + 1 */
+                if (check_patience(r)) *stop = STOP_EARLY;
+            }
+            /* early stopping on the update --max-steps ends at is still the end of the run */
+            if (g_interrupted || (*stop == KEEP_TRAINING && opt->max_steps > 0 && r->update >= opt->max_steps))
+                *stop = STOP_PAUSED;
+        }
+        /* before an evaluation or a checkpoint: the last update's outcome (AdamW's step count) */
+        if ((rc = finish_update(r, &pending, &pg, err))) return rc;
+        if (*stop == STOP_PAUSED) break;
+        if (bt->pos >= bt->n_batches) {  /* epoch finished */
+            r->epoch++;
+            r->batch_pos = 0;
+            if (tty) fputc('\n', stderr);
+            /* per epoch; or, with eval_every, the end of the last epoch when its update was not
+             * just evaluated, so that the final parameters compete for model.mha too */
+            if (r->has_dev && (cfg->eval_every == 0 ||
+                               (r->epoch == cfg->epochs && r->update % cfg->eval_every != 0))) {
+                if ((rc = evaluate_dev(r, r->epoch, opt->quiet, err))) return rc;   /* the epoch just ended */
+                if (check_patience(r)) *stop = STOP_EARLY;
+            }
+        }
+        r->seconds_trained += now_s() - pg.t_start;
+        pg.t_start = now_s();
+        pg.start_update = r->update;
+        if ((rc = save_checkpoint(r, "last.mha", 1, NULL, err))) return rc;
+    }
+    if (opt->profile)   /* the ceiling on the feed-forward product at this batch size */
+        profile_print_report(now_s() - loop_start, data_seconds, profiled_tokens,
+                             cfg->batch_size * (cfg->max_len < 64 ? cfg->max_len : 64), cfg->d_model, cfg->d_ff);
+    if (*stop != STOP_PAUSED) return 0;
+    if (tty) fputc('\n', stderr);
+    r->seconds_trained += now_s() - pg.t_start;
+    if ((rc = save_checkpoint(r, "last.mha", 1, NULL, err))) return rc;
+    fprintf(stderr, "%s at update %ld: saved %s/last.mha (continue with --resume %s/last.mha)\n",
+            g_interrupted ? "interrupted" : "stopped", r->update, cfg->out_dir, cfg->out_dir);
+    return g_interrupted ? 130 : 0;
+}
+
+/* After the last epoch or early stopping: model.mha of the final parameters when there is no
+ * dev set (or when the best ones went with a missing model.mha), the closing line, and with
+ * a test set its report and then a last.mha that records it. 0 or an exit code. */
+static int finish_run(Run *r, int quiet, MhaError *err) {
+    const Config *cfg = r->cfg;
+    const size_t pbytes = r->model.lay.total * sizeof(float);
+    int rc;
+    /* No dev set: the final parameters are the model. */
+    if (!r->has_dev) {
+        r->be->to_host(r->best_params, r->model.params, pbytes);
+        r->best_update = r->update;
+        r->test_reported = 0;   /* (a resumed run whose model.mha was lost: its report again) */
+        if ((rc = save_checkpoint(r, "model.mha", 0, r->best_params, err))) return rc;
+    } else if (r->best_update < 0) {
+        /* a finished run resumed after its model.mha went missing: the best parameters are
+         * gone with it; the final ones, evaluated, become the model */
+        fprintf(stderr, "mha-train: note: %s/model.mha is missing (the best parameters are lost); the final "
+                "parameters, evaluated on dev, become the model\n", cfg->out_dir);
+        r->test_reported = 0;   /* another model: its own report */
+        if ((rc = evaluate_dev(r, r->epoch, quiet, err)) ||
+            (rc = save_checkpoint(r, "last.mha", 1, NULL, err)))
+            return rc;
+    }
+    if (r->has_dev)
+        fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
+                r->update, r->seconds_trained, r->best_update, cfg->out_dir);
+    else
+        fprintf(stderr, "training done: %ld updates in %.1f s; the final parameters (no dev set) in %s/model.mha\n",
+                r->update, r->seconds_trained, cfg->out_dir);
+    if (!r->has_test || r->best_update < 0 || r->test_reported) return 0;
+    /* the report, then a last.mha that says it was given (of the final parameters, which the
+     * report replaces on the device by the best ones): a run killed in between gives it on
+     * --resume */
+    float *final = malloc(pbytes);
+    if (!final)
+        return mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r->model.lay.total);
+    r->be->to_host(final, r->model.params, pbytes);
+    report_test(r);
+    r->test_reported = 1;
+    rc = save_checkpoint(r, "last.mha", 1, final, err);
+    free(final);
+    return rc;
+}
+
+/* The model and its AdamW state on the run's backend, and the host copy of the best
+ * parameters. 0 or an exit code. */
+static int create_model(Run *r, ModelDims *d, MhaError *err) {
+    const Config *cfg = r->cfg;
+    int rc;
+    model_dims_from_config(d, cfg, vocab_size(r->vocab), r->labels.n);
+    if ((rc = model_create(&r->model, d, r->be, cfg->batch_size, cfg->max_len, cfg->decay_embeddings,
+                           cfg->decay_norms, err)))
+        return rc;
+    if ((rc = adamw_create(&r->adamw, &r->model, err))) return rc;
+    /* Dev and test evaluation one batch at a time (ops on all threads): data-parallel workers
+     * would each need a forward activation set (model_replicas), raising training's peak
+     * memory by about a third for an evaluation that is a small part of the run. */
+    evaluate_set_workers(1);
+    if (!(r->best_params = malloc(r->model.lay.total * sizeof(float))))
+        return mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r->model.lay.total);
+    return 0;
+}
+
+/* The model line on stderr: parameters, backend, attention (and its kernel). */
+static void print_model_line(const Run *r, const ModelDims *d) {
+    char kernel[96] = "";   /* which kernel the fused attention runs, where there is a choice */
+    if (d->fused_attention && r->be->attention_kernel)
+        snprintf(kernel, sizeof kernel, " (%s)", r->be->attention_kernel(d->C / d->NH));
+    fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s%s\n", r->model.lay.total, r->be->name,
+            r->be->bf16 ? " (bf16 mixed precision)" : "", d->fused_attention ? "fused" : "math", kernel);
+}
+
+/* metrics.jsonl in the output folder: a new run's written from the start, a resumed run's
+ * appended to (less the records written after last.mha was saved). 0 or an exit code. */
+static int open_metrics_log(Run *r, int resumed, MhaError *err) {
+    char log_path[4300];
+    snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", r->cfg->out_dir);
+    r->metrics_log = fopen(log_path, resumed ? "a" : "w");
+    if (!r->metrics_log)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open for writing (%s)", log_path, strerror(errno));
+    if (resumed) drop_unsaved_records(r, log_path);
+    return 0;
+}
+
 int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     Run r;
     memset(&r, 0, sizeof r);
@@ -702,11 +614,10 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     if (opt->resume_path) {
         int done;
-        if ((rc = open_resume(opt->resume_path, opt->max_steps, cfg, &resume, &done, err)) || done) return rc;
+        if ((rc = resume_open(opt->resume_path, opt->max_steps, cfg, &resume, &done, err)) || done) return rc;
         have_resume = 1;
     }
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
-    const Backend *unprofiled = r.be;
     if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = run_dir_lock(cfg->out_dir, err))) goto out;
     /* a new run in a folder holding one: refused here, before the data is read; with
@@ -732,162 +643,23 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if (!r.has_dev) note_no_dev(cfg);
 
     ModelDims d;
-    model_dims_from_config(&d, cfg, vocab_size(r.vocab), r.labels.n);
-    if ((rc = model_create(&r.model, &d, r.be, cfg->batch_size, cfg->max_len, cfg->decay_embeddings,
-                           cfg->decay_norms, err)))
-        goto out;
-    if ((rc = adamw_create(&r.opt, &r.model, err))) goto out;
-    /* Dev and test evaluation one batch at a time (ops on all threads): data-parallel workers
-     * would each need a forward activation set (model_replicas), raising training's peak
-     * memory by about a third for an evaluation that is a small part of the run. */
-    evaluate_set_workers(1);
-    size_t pbytes = r.model.lay.total * sizeof(float);
-    if (!(r.best_params = malloc(pbytes))) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r.model.lay.total);
-        goto out;
-    }
+    if ((rc = create_model(&r, &d, err))) goto out;
     r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;
     r.total_updates = r.updates_per_epoch * cfg->epochs;
     if (have_resume) {
         int done;
-        if ((rc = restore_state(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;
+        if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
-    if (!opt->quiet) {
-        char kernel[96] = "";   /* which kernel the fused attention runs, where there is a choice */
-        if (d.fused_attention && r.be->attention_kernel)
-            snprintf(kernel, sizeof kernel, " (%s)", r.be->attention_kernel(d.C / d.NH));
-        fprintf(stderr, "model: %zu parameters, backend %s%s, attention %s%s\n", r.model.lay.total, r.be->name,
-                r.be->bf16 ? " (bf16 mixed precision)" : "", d.fused_attention ? "fused" : "math", kernel);
-    }
+    if (!opt->quiet) print_model_line(&r, &d);
 
     if (!have_resume && opt->overwrite && (rc = run_dir_claim(cfg->out_dir, 1, err))) goto out;
+    if ((rc = open_metrics_log(&r, have_resume, err))) goto out;
 
-    char log_path[4300];
-    snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->out_dir);
-    r.metrics_log = fopen(log_path, have_resume ? "a" : "w");
-    if (!r.metrics_log) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot open for writing (%s)", log_path, strerror(errno));
-        goto out;
-    }
-    if (have_resume) drop_unsaved_records(&r, log_path);
-
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
-                   .start_update = r.update, .print_every = r.total_updates / 100 > 0 ? r.total_updates / 100 : 1};
-    pg.t_window = pg.t_start;
-    const int tty = pg.tty;
-    double data_seconds = 0, loop_start = now_s();
-    long profiled_tokens = 0;
-    memset(profile_counters(), 0, sizeof(ProfileCounters));  /* count the training loop only */
-    PendingUpdate pending = {0};
-    /* a resumed run that patience had already stopped (killed during its test report) trains no more */
-    int stop = r.has_dev && cfg->patience > 0 && r.evals_since_best >= cfg->patience;
-
-    while (r.epoch < cfg->epochs && !stop) {
-        batcher_start_epoch(&bt, r.epoch, 1, r.batch_pos);
-        while (bt.pos < bt.n_batches && !stop) {
-            model_zero_grads(&r.model);
-            adamw_begin(&r.opt, &r.model);
-            long examples = 0, tokens = 0;
-            const Batch *b;
-            for (int k = 0; k < cfg->grad_accum && (b = next_batch(&bt, &data_seconds)) != NULL; k++) {
-                uint64_t seed = mha_rng_u64((uint64_t)cfg->seed, (uint64_t)r.update * cfg->grad_accum + k);
-                model_forward(&r.model, b->ids, b->lengths, b->labels, b->B, b->T, 1, seed);
-                model_backward(&r.model, 1.0f, seed);
-                model_loss_accumulate(&r.model, r.opt.stats);
-                examples += b->B;
-                tokens += b->real_tokens;
-                profiled_tokens += b->real_tokens;
-            }
-            /* The previous update's outcome: a wait for its AdamW only, while the device has
-             * this update's forward and backward, queued above, to run. */
-            if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
-            r.be->scale(r.model.grads, r.model.lay.total, 1.0f / (float)examples);
-            float lr = schedule_lr(cfg, r.update, r.total_updates);
-            adamw_queue(&r.opt, &r.model, cfg, lr);
-            r.batch_pos = bt.pos;
-            r.update++;
-            pending = (PendingUpdate){.queued = 1, .update = r.update, .epoch = r.epoch, .lr = lr,
-                                      .examples = examples, .tokens = tokens};
-            if (r.has_dev && cfg->eval_every > 0 && r.update % cfg->eval_every == 0) {
-                if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
-                if (tty) fputc('\n', stderr);
-                if ((rc = evaluate_dev(&r, r.epoch + 1, opt->quiet, err))) goto out;   /* during epoch r.epoch + 1 */
-                if (check_patience(&r)) stop = 1;
-            }
-            /* early stopping on the update --max-steps ends at is still the end of the run */
-            if (g_interrupted || (!stop && opt->max_steps > 0 && r.update >= opt->max_steps)) stop = 2;
-        }
-        /* before an evaluation or a checkpoint: the last update's outcome (AdamW's step count) */
-        if ((rc = finish_update(&r, &pending, &pg, err))) goto out;
-        if (stop == 2) break;
-        if (bt.pos >= bt.n_batches) {  /* epoch finished */
-            r.epoch++;
-            r.batch_pos = 0;
-            if (tty) fputc('\n', stderr);
-            /* per epoch; or, with eval_every, the end of the last epoch when its update was not
-             * just evaluated, so that the final parameters compete for model.mha too */
-            if (r.has_dev && (cfg->eval_every == 0 ||
-                              (r.epoch == cfg->epochs && r.update % cfg->eval_every != 0))) {
-                if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err))) goto out;   /* the epoch just ended */
-                if (check_patience(&r)) stop = 1;
-            }
-        }
-        r.elapsed_before += now_s() - pg.t_start;
-        pg.t_start = now_s();
-        pg.start_update = r.update;
-        if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
-    }
-    if (opt->profile) print_profile(unprofiled, cfg, now_s() - loop_start, data_seconds, profiled_tokens);
-    if (stop == 2) {
-        if (tty) fputc('\n', stderr);
-        r.elapsed_before += now_s() - pg.t_start;
-        if ((rc = save_checkpoint(&r, "last.mha", 1, NULL, err))) goto out;
-        fprintf(stderr, "%s at update %ld: saved %s/last.mha (continue with --resume %s/last.mha)\n",
-                g_interrupted ? "interrupted" : "stopped", r.update, cfg->out_dir, cfg->out_dir);
-        rc = g_interrupted ? 130 : 0;
-        goto out;
-    }
-    /* No dev set: the final parameters are the model. */
-    if (!r.has_dev) {
-        r.be->to_host(r.best_params, r.model.params, pbytes);
-        r.best_update = r.update;
-        r.test_reported = 0;   /* (a resumed run whose model.mha was lost: its report again) */
-        if ((rc = save_checkpoint(&r, "model.mha", 0, r.best_params, err))) goto out;
-    } else if (r.best_update < 0) {
-        /* a finished run resumed after its model.mha went missing: the best parameters are
-         * gone with it; the final ones, evaluated, become the model */
-        fprintf(stderr, "mha-train: note: %s/model.mha is missing (the best parameters are lost); the final "
-                "parameters, evaluated on dev, become the model\n", cfg->out_dir);
-        r.test_reported = 0;   /* another model: its own report */
-        if ((rc = evaluate_dev(&r, r.epoch, opt->quiet, err)) ||
-            (rc = save_checkpoint(&r, "last.mha", 1, NULL, err)))
-            goto out;
-    }
-    if (r.has_dev)
-        fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
-                r.update, r.elapsed_before, r.best_update, cfg->out_dir);
-    else
-        fprintf(stderr, "training done: %ld updates in %.1f s; the final parameters (no dev set) in %s/model.mha\n",
-                r.update, r.elapsed_before, cfg->out_dir);
-    if (r.has_test && r.best_update >= 0 && !r.test_reported) {
-        /* the report, then a last.mha that says it was given (of the final parameters, which the
-         * report replaces on the device by the best ones): a run killed in between gives it on
-         * --resume */
-        float *final = malloc(pbytes);
-        if (!final) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r.model.lay.total);
-            goto out;
-        }
-        r.be->to_host(final, r.model.params, pbytes);
-        report_test(&r);
-        r.test_reported = 1;
-        rc = save_checkpoint(&r, "last.mha", 1, final, err);
-        free(final);
-    }
+    StopReason stop;
+    if ((rc = train_epochs(&r, &bt, opt, &stop, err)) || stop == STOP_PAUSED) goto out;
+    rc = finish_run(&r, opt->quiet, err);
 out:
     batcher_free(&bt);
     free_run(&r, !have_resume);
