@@ -1,5 +1,5 @@
 /* data/dataset.c: reading TSV, fastText and JSON Lines files (and plain text) into token
- * ids, the label map, and one-line parsing shared with mha-predict.
+ * ids, and the label map; one line's format is data/line_format.c.
  *
  * Each line: the trailing LF / CRLF and (line 1) a UTF-8 BOM are dropped; the line is
  * checked for UTF-8 and NUL bytes (an error naming the byte offset in the line, or U+FFFD
@@ -13,215 +13,18 @@
  * The training file is read once: tokens are interned into a VocabCounter while reading,
  * then the vocabulary is built and the interned indices are mapped to ids. */
 #include "data/dataset.h"
-#include "data/json_syntax.h"
+#include "data/utf8.h"
 
-#include <cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#define JSON_SHAPE "{\"label\": ..., \"text\": ...}"
 #define REPLACE_HINT "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true"
 #define UTF8_HINT "a GBK file (common for Chinese text) converts with 'iconv -f GBK -t UTF-8 FILE > NEW'; " \
                   REPLACE_HINT
 #define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; " REPLACE_HINT
-
-/* ---- formats and one line --------------------------------------------------------------- */
-
-int format_from_name(const char *name) {
-    static const char *const names[] = {"auto", "tsv", "fasttext", "jsonl", "plain"};
-    for (int i = 0; i < 5; i++)
-        if (name && strcmp(name, names[i]) == 0) return i;   /* same order as FORMAT_* */
-    return -1;
-}
-
-static const char *skip_bom_spaces(const char *s) {
-    /* byte by byte, so a string shorter than the BOM is never read past its NUL */
-    if ((unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
-        s += 3;
-    while (*s == ' ') s++;
-    return s;
-}
-
-int detect_format(const char *first_line) {
-    const char *s = skip_bom_spaces(first_line);
-    if (strncmp(s, "__label__", 9) == 0) return FORMAT_FASTTEXT;
-    if (*s == '{') return FORMAT_JSONL;
-    if (strchr(s, '\t')) return FORMAT_TSV;
-    return FORMAT_PLAIN;
-}
-
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
-
-static const char *json_kind(const cJSON *j) {
-    if (cJSON_IsNull(j)) return "null";
-    if (cJSON_IsBool(j)) return "a boolean";
-    if (cJSON_IsNumber(j)) return "a number";
-    if (cJSON_IsString(j)) return "a string";
-    if (cJSON_IsArray(j)) return "an array";
-    if (cJSON_IsObject(j)) return "an object";
-    return "invalid";
-}
-
-/* 1 when the JSON text holds the escape \u0000: cJSON decodes it into a NUL that would end
- * the C string there, silently cutting the text. */
-static int json_has_nul_escape(const char *s) {
-    for (; *s; s++) {
-        if (*s != '\\' || !s[1]) continue;
-        if (s[1] == 'u' && strncmp(s + 2, "0000", 4) == 0) return 1;
-        s++;   /* the escaped character: \\u0000 is a backslash and "u0000" */
-    }
-    return 0;
-}
-
-/* label NULL: the label is not read (nor checked). */
-static int parse_json(char *line, char **label, char **text, MhaError *err) {
-    size_t room = strlen(line) + 1;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(line, &end, 1);
-    if (!j) {
-        size_t n = room - 1, at = end && end >= line && end <= line + n ? (size_t)(end - line) : 0;
-        const char *expected = "JSON that cJSON can parse";
-        json_syntax_check(line, n, &at, &expected);   /* keeps cJSON's answer if it passes */
-        char near[32];
-        json_excerpt(near, line, n, at);
-        return mha_fail(err, MHA_EXIT_DATA,
-                        "bad JSON at byte offset %zu%s%s%s (expected %s); each line holds one JSON "
-                        "object " JSON_SHAPE, at, *near ? " near '" : "", near, *near ? "'" : "", expected);
-    }
-    int rc = 0;
-    char num[32];
-    const char *ls = NULL, *ts = NULL;
-    if (!cJSON_IsObject(j)) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "the line is %s (expected a JSON object " JSON_SHAPE ")",
-                      json_kind(j));
-        goto done;
-    }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
-    if (!t) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "missing field \"text\" (expected " JSON_SHAPE ")");
-        goto done;
-    }
-    if (!cJSON_IsString(t) || !t->valuestring) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "field \"text\" is %s (expected a string)", json_kind(t));
-        goto done;
-    }
-    if (json_has_nul_escape(line)) {   /* as a NUL byte: never part of a text */
-        rc = mha_fail(err, MHA_EXIT_DATA, "a string holds \\u0000, a NUL character (expected text "
-                      "without NUL characters: remove it)");
-        goto done;
-    }
-    ts = t->valuestring;
-    const cJSON *l = label ? cJSON_GetObjectItemCaseSensitive(j, "label") : NULL;
-    if (l) {
-        if (cJSON_IsString(l) && l->valuestring) {
-            ls = l->valuestring;
-        } else if (cJSON_IsNumber(l) && fabs(l->valuedouble) < 9007199254740992.0 &&
-                   l->valuedouble == floor(l->valuedouble)) {
-            snprintf(num, sizeof num, "%lld", (long long)l->valuedouble);
-            ls = num;
-        } else {
-            rc = mha_fail(err, MHA_EXIT_DATA,
-                          "field \"label\" is %s%s (expected a string or an integer)", json_kind(l),
-                          cJSON_IsNumber(l) ? " that is not an integer" : "");
-            goto done;
-        }
-        while (*ls == ' ') ls++;   /* surrounding spaces dropped, as in TSV labels */
-        if (!*ls) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "empty label (expected a non-empty \"label\")");
-            goto done;
-        }
-    }
-    {
-        /* decoded strings are never longer than their JSON form, so they fit in `line` */
-        size_t tl = strlen(ts), ll = 0;
-        if (ls) {
-            ll = strlen(ls);
-            while (ll > 0 && ls[ll - 1] == ' ') ll--;
-            ll++;   /* room for the NUL */
-        }
-        if (tl + 1 + ll > room) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "JSON fields longer than the line (expected " JSON_SHAPE ")");
-            goto done;
-        }
-        memcpy(line, ts, tl + 1);
-        *text = line;
-        if (ls) {
-            memcpy(line + tl + 1, ls, ll - 1);
-            line[tl + ll] = '\0';
-            *label = line + tl + 1;
-        }
-    }
-done:
-    cJSON_Delete(j);
-    return rc;
-}
-
-/* parse_line and parse_text: label NULL reads the text alone, whatever the label is. */
-static int parse_fields(char *line, int format, char **label, char **text, MhaError *err) {
-    if (label) *label = NULL;
-    *text = line;
-    if (format == FORMAT_AUTO) format = detect_format(line);
-    switch (format) {
-    case FORMAT_PLAIN:
-        return 0;
-    case FORMAT_TSV: {
-        char *tab = strchr(line, '\t');
-        if (!tab)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "no tab between label and text (expected 'label<TAB>text')");
-        *tab = '\0';
-        *text = tab + 1;
-        if (!label) return 0;
-        char *l = line, *e = tab;
-        while (*l == ' ') l++;
-        while (e > l && e[-1] == ' ') *--e = '\0';
-        if (!*l)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "empty label (expected 'label<TAB>text' with a non-empty label)");
-        *label = l;
-        return 0;
-    }
-    case FORMAT_FASTTEXT: {
-        char *p = line;
-        while (*p == ' ') p++;
-        if (strncmp(p, "__label__", 9) != 0)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "missing __label__ prefix (expected '__label__LABEL text')");
-        p += 9;
-        char *l = p;
-        while (*p && !is_space(*p)) p++;
-        if (p == l && label)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "empty label after __label__ (expected '__label__LABEL text')");
-        if (*p) *p++ = '\0';
-        for (;;) {   /* further labels: the first one counts */
-            while (is_space(*p)) p++;
-            if (strncmp(p, "__label__", 9) != 0) break;
-            while (*p && !is_space(*p)) p++;
-        }
-        if (label) *label = l;
-        *text = p;
-        return 0;
-    }
-    case FORMAT_JSONL:
-        return parse_json(line, label, text, err);
-    default:
-        return mha_fail(err, MHA_EXIT_DATA,
-                        "unknown format %d (expected auto, tsv, fasttext, jsonl or plain)", format);
-    }
-}
-
-int parse_line(char *line, int format, char **label, char **text, MhaError *err) {
-    return parse_fields(line, format, label, text, err);
-}
-
-int parse_text(char *line, int format, char **text, MhaError *err) {
-    return parse_fields(line, format, NULL, text, err);
-}
 
 /* ---- labels ----------------------------------------------------------------------------- */
 
@@ -260,36 +63,6 @@ static void known_labels(const LabelMap *m, char *buf, size_t cap) {
 
 /* ---- what a user may not expect -------------------------------------------------------- */
 
-static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
-
-/* s is one of list (NULL-terminated), ignoring the case of ASCII letters */
-static int in_list(const char *s, const char *const *list) {
-    for (; *list; list++) {
-        size_t i = 0;
-        while (s[i] && (*list)[i] && ascii_lower(s[i]) == ascii_lower((*list)[i])) i++;
-        if (!s[i] && !(*list)[i]) return 1;
-    }
-    return 0;
-}
-
-/* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论". Both columns must
- * be names, so a real class called "label" still trains. */
-static int is_header(const char *label, const char *text) {
-    static const char *const label_names[] = {"label", "labels", "class", "category", "target", "y",
-                                              "tag", "sentiment", "标签", "类别", "分类", "类型", "情感", NULL};
-    static const char *const text_names[] = {"text", "texts", "sentence", "review", "content", "comment",
-                                             "doc", "document", "title", "query", "x", "文本", "内容", "评论",
-                                             "句子", "标题", "评论内容", NULL};
-    while (*text == ' ') text++;
-    char t[32];
-    size_t n = strlen(text);
-    while (n > 0 && is_space(text[n - 1])) n--;
-    if (n >= sizeof t) return 0;
-    memcpy(t, text, n);
-    t[n] = '\0';
-    return in_list(label, label_names) && in_list(t, text_names);
-}
-
 static const char *lines_word(long n) { return n == 1 ? "line has" : "lines have"; }
 
 void dataset_print_notes(const Dataset *d, const char *path, const char *prog, FILE *f) {
@@ -311,36 +84,14 @@ void dataset_print_notes(const Dataset *d, const char *path, const char *prog, F
                 lines_word(d->n_extra_labels), d->first_extra_labels);
 }
 
-/* fastText: a second __label__ after the first one (parse_line skips it) */
-static int fasttext_extra_label(const char *s) {
-    while (*s == ' ') s++;
-    if (strncmp(s, "__label__", 9) != 0) return 0;
-    while (*s && !is_space(*s)) s++;
-    while (is_space(*s)) s++;
-    return strncmp(s, "__label__", 9) == 0;
-}
-
-/* ---- reading a file --------------------------------------------------------------------- */
-
-typedef struct {
-    const char *path;
-    const ReadOptions *o;
-    Dataset *d;
-    int train;                  /* ids and labels hold indices into tok_count / lab_count */
-    VocabCounter *tok_count, *lab_count;
-    const Vocab *vocab;         /* !train */
-    const LabelMap *labels;     /* !train; NULL: labels are not read (-1) */
-    size_t ids_cap;
-    int ex_cap;
-} Reader;
+/* ---- growing a dataset ------------------------------------------------------------------ */
 
 #define MAX_EXAMPLES (INT32_MAX - 1)   /* examples per file: Dataset.n and the line numbers are 32-bit */
 
-static int grow_examples(Reader *r) {
-    Dataset *d = r->d;
-    if (d->n + 1 < r->ex_cap) return 0;
-    if (r->ex_cap >= MAX_EXAMPLES) return -1;
-    int cap = r->ex_cap > MAX_EXAMPLES / 2 ? MAX_EXAMPLES : r->ex_cap ? r->ex_cap * 2 : 1024;
+static int grow_examples(Dataset *d) {
+    if (d->n + 1 < d->ex_cap) return 0;
+    if (d->ex_cap >= MAX_EXAMPLES) return -1;
+    int cap = d->ex_cap > MAX_EXAMPLES / 2 ? MAX_EXAMPLES : d->ex_cap ? d->ex_cap * 2 : 1024;
     int32_t *l = realloc(d->labels, (size_t)cap * sizeof *l);
     if (!l) return -1;
     d->labels = l;
@@ -350,25 +101,56 @@ static int grow_examples(Reader *r) {
     int64_t *of = realloc(d->offsets, ((size_t)cap + 1) * sizeof *of);
     if (!of) return -1;
     d->offsets = of;
-    r->ex_cap = cap;
+    d->ex_cap = cap;
     return 0;
 }
 
-static int grow_ids(Reader *r, size_t need) {
-    if (need <= r->ids_cap) return 0;
-    size_t cap = r->ids_cap ? r->ids_cap : 16384;
+static int grow_ids(Dataset *d, size_t need) {
+    if (need <= d->ids_cap) return 0;
+    size_t cap = d->ids_cap ? d->ids_cap : 16384;
     while (cap < need) cap *= 2;
-    int32_t *p = realloc(r->d->ids, cap * sizeof *p);
+    int32_t *p = realloc(d->ids, cap * sizeof *p);
     if (!p) return -1;
-    r->d->ids = p;
-    r->ids_cap = cap;
+    d->ids = p;
+    d->ids_cap = cap;
     return 0;
 }
 
-static int oom(MhaError *err, const char *path) {
-    return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while reading", path);
+static int oom(MhaError *err, const char *name) {
+    return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while reading", name);
 }
 
+int dataset_append(Dataset *d, int32_t label, int32_t line_no, int n_ids, int32_t **ids,
+                   const char *name, MhaError *err) {
+    if (grow_examples(d)) return oom(err, name);
+    if (d->n == 0) d->offsets[0] = 0;
+    const int64_t at = d->offsets[d->n];
+    if (grow_ids(d, (size_t)at + (size_t)n_ids)) return oom(err, name);
+    *ids = n_ids ? d->ids + at : NULL;   /* d->ids is NULL until a token */
+    d->labels[d->n] = label;
+    d->line_no[d->n] = line_no;
+    d->offsets[d->n + 1] = at + n_ids;
+    d->n++;
+    return 0;
+}
+
+/* ---- reading a file --------------------------------------------------------------------- */
+
+typedef struct {
+    const char *path;           /* opened */
+    const char *name;           /* in messages */
+    const ReadOptions *o;
+    Dataset *d;
+    int train;                  /* ids and labels hold indices into tok_count / lab_count */
+    VocabCounter *tok_count, *lab_count;
+    const Vocab *vocab;         /* !train */
+    const LabelMap *labels;     /* !train; NULL: labels are not read (-1) */
+    char *fix;  size_t fix_cap; /* a line with its invalid bytes replaced (replace_invalid) */
+} Reader;
+
+/* One parsed line as an example of r->d: its label resolved (interned while training, looked
+ * up in r->labels otherwise), its text cut to max_line_bytes and tokenised, its tokens
+ * interned or looked up. */
 static int add_example(Reader *r, long line_no, const char *label, const char *text,
                        size_t tlen, TokenList *tl, MhaError *err) {
     Dataset *d = r->d;
@@ -379,9 +161,9 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
             if ((unsigned char)*c < 0x20 || *c == 0x7F)
                 return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.200s' holds the control character 0x%02X "
                                 "(expected a label of printable text: a tab or line break would break the "
-                                "one-line-per-text output)", r->path, line_no, label, (unsigned char)*c);
+                                "one-line-per-text output)", r->name, line_no, label, (unsigned char)*c);
         lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));
-        if (lab < 0) return oom(err, r->path);
+        if (lab < 0) return oom(err, r->name);
     } else if (label && r->labels) {
         lab = labelmap_find(r->labels, label);
         if (lab < 0) {
@@ -393,42 +175,85 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
                                    : "";
             return mha_fail(err, MHA_EXIT_DATA,
                             "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)%s",
-                            r->path, line_no, label, known, hint);
+                            r->name, line_no, label, known, hint);
         }
     }
     if (o->max_line_bytes > 0 && tlen > (size_t)o->max_line_bytes) {
-        size_t cut = (size_t)o->max_line_bytes;
-        while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
-        tlen = cut;
+        tlen = utf8_cut(text, (size_t)o->max_line_bytes);
         d->n_long++;
     }
     MhaError terr;
     if (tokenize(&o->tok, text, tlen, tl, &terr))
-        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, terr.msg);
-    if (r->ex_cap >= MAX_EXAMPLES && d->n + 1 >= r->ex_cap)
-        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: more than %d examples (split the file)", r->path, line_no,
+        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->name, line_no, terr.msg);
+    if (d->ex_cap >= MAX_EXAMPLES && d->n + 1 >= d->ex_cap)
+        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: more than %d examples (split the file)", r->name, line_no,
                         MAX_EXAMPLES - 1);
-    if (grow_examples(r) || grow_ids(r, (size_t)d->offsets[d->n] + (size_t)tl->n)) return oom(err, r->path);
-    int32_t *ids = tl->n ? d->ids + d->offsets[d->n] : NULL;  /* d->ids is NULL until a token */
+    int32_t *ids;
+    int rc = dataset_append(d, lab, (int32_t)line_no, tl->n, &ids, r->name, err);
+    if (rc) return rc;
     for (int i = 0; i < tl->n; i++) {
         const char *tok = tl->text + tl->start[i];
         if (r->train) {
             ids[i] = vocab_counter_intern(r->tok_count, tok, tl->len[i]);
-            if (ids[i] < 0) return oom(err, r->path);
+            if (ids[i] < 0) return oom(err, r->name);
         } else {
             ids[i] = vocab_lookup(r->vocab, tok, tl->len[i]);
             d->n_unk += ids[i] == VOCAB_UNK;
         }
     }
     d->n_tokens += tl->n;
-    d->labels[d->n] = lab;
-    d->line_no[d->n] = (int32_t)line_no;
-    d->offsets[d->n + 1] = d->offsets[d->n] + tl->n;
-    d->n++;
     return 0;
 }
 
-static int read_file(Reader *r, MhaError *err) {
+/* One line as getline read it (got bytes), cleaned in place: the LF / CRLF dropped and, on
+ * line 1, a UTF-8 byte-order mark (a UTF-16 one is an error); then checked for invalid UTF-8
+ * and NUL bytes: an error naming the byte offset in the line, or with tok.replace_invalid
+ * the line with U+FFFD in their place, in r->fix (counted in n_replaced). *out and *out_len:
+ * the clean line, NUL-terminated. */
+static int clean_line(Reader *r, char *line, size_t got, long line_no, char **out, size_t *out_len,
+                      MhaError *err) {
+    size_t len = got, bom = 0;
+    if (len && line[len - 1] == '\n') len--;
+    if (len && line[len - 1] == '\r') len--;
+    line[len] = '\0';
+    char *s = line;
+    if (line_no == 1 && len >= 2 && ((unsigned char)s[0] == 0xFF || (unsigned char)s[0] == 0xFE) &&
+        ((unsigned char)s[1] ^ (unsigned char)s[0]) == 0x01)   /* FF FE or FE FF */
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
+                        "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", r->name,
+                        (unsigned char)s[0], (unsigned char)s[1], r->name);
+    if (line_no == 1) {
+        bom = utf8_bom_length(s, len);
+        s += bom;
+        len -= bom;
+    }
+    size_t bad = utf8_check(s, len);
+    char *nul = memchr(s, '\0', len);
+    if (bad < len || nul) {
+        int is_nul = nul && (size_t)(nul - s) < bad;
+        if (!r->o->tok.replace_invalid)
+            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s at byte offset %zu (expected UTF-8 text; %s)",
+                            r->name, line_no, is_nul ? "NUL byte" : "invalid UTF-8",
+                            (is_nul ? (size_t)(nul - s) : bad) + bom, is_nul ? NUL_HINT : UTF8_HINT);
+        if (r->fix_cap < 3 * len + 1) {
+            free(r->fix);
+            r->fix_cap = 3 * len + 1;
+            r->fix = malloc(r->fix_cap);
+            if (!r->fix) return oom(err, r->name);
+        }
+        len = utf8_replace_invalid(s, len, r->fix, 1);
+        r->fix[len] = '\0';
+        s = r->fix;
+        r->d->n_replaced++;
+    }
+    *out = s;
+    *out_len = len;
+    return 0;
+}
+
+/* Reads the file r->path into r->d (dataset_load_train and dataset_load). */
+static int read_examples(Reader *r, MhaError *err) {
     const ReadOptions *o = r->o;
     Dataset *d = r->d;
     memset(d, 0, sizeof *d);
@@ -437,17 +262,12 @@ static int read_file(Reader *r, MhaError *err) {
     int dup0 = strcmp(r->path, "/dev/stdin") == 0 ? dup(STDIN_FILENO) : -2;
     FILE *f = dup0 == -2 ? fopen(r->path, "rb") : dup0 >= 0 ? fdopen(dup0, "rb") : NULL;
     if (!f && dup0 >= 0) close(dup0);
-    if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s)", r->path, strerror(errno));
-    if (grow_examples(r)) {
-        fclose(f);
-        return oom(err, r->path);
-    }
-    d->offsets[0] = 0;
+    if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s)", r->name, strerror(errno));
 
     int rc = 0, format = o->format;
     int need_label = r->train || r->labels;
-    char *line = NULL, *fix = NULL;
-    size_t line_cap = 0, fix_cap = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
     size_t keep = o->max_line_bytes > 0 ? 4 * (size_t)o->max_line_bytes : 0;
     if (keep < ((size_t)1 << 20)) keep = (size_t)1 << 20;
     TokenList tl = {0};
@@ -459,50 +279,11 @@ static int read_file(Reader *r, MhaError *err) {
     while ((got = getline(&line, &line_cap, f)) >= 0) {
         line_no++;
         d->n_lines++;
-        size_t len = (size_t)got, bom = 0;
-        if (len && line[len - 1] == '\n') len--;
-        if (len && line[len - 1] == '\r') len--;
-        line[len] = '\0';
-        char *s = line;
-        if (line_no == 1 && len >= 2 && ((unsigned char)s[0] == 0xFF || (unsigned char)s[0] == 0xFE) &&
-            ((unsigned char)s[1] ^ (unsigned char)s[0]) == 0x01) {   /* FF FE or FE FF */
-            rc = mha_fail(err, MHA_EXIT_DATA,
-                          "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
-                          "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", r->path,
-                          (unsigned char)s[0], (unsigned char)s[1], r->path);
-            break;
-        }
-        if (line_no == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
-            s += 3;
-            len -= 3;
-            bom = 3;
-        }
-        size_t bad = utf8_check(s, len);
-        char *nul = memchr(s, '\0', len);
-        if (bad < len || nul) {
-            int is_nul = nul && (size_t)(nul - s) < bad;
-            if (!o->tok.replace_invalid) {
-                rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s at byte offset %zu (expected UTF-8 text; %s)",
-                              r->path, line_no, is_nul ? "NUL byte" : "invalid UTF-8",
-                              (is_nul ? (size_t)(nul - s) : bad) + bom, is_nul ? NUL_HINT : UTF8_HINT);
-                break;
-            }
-            if (fix_cap < 3 * len + 1) {
-                free(fix);
-                fix_cap = 3 * len + 1;
-                fix = malloc(fix_cap);
-                if (!fix) {
-                    rc = oom(err, r->path);
-                    break;
-                }
-            }
-            len = utf8_replace_invalid(s, len, fix, 1);
-            fix[len] = '\0';
-            s = fix;
-            d->n_replaced++;
-        }
+        char *s = NULL;
+        size_t len = 0;
+        if ((rc = clean_line(r, line, (size_t)got, line_no, &s, &len, err))) break;
         size_t k = 0;
-        while (k < len && is_space(s[k])) k++;
+        while (k < len && is_line_space(s[k])) k++;
         if (k == len) {
             d->n_empty++;
             continue;
@@ -513,21 +294,21 @@ static int read_file(Reader *r, MhaError *err) {
             if (format == FORMAT_PLAIN && need_label) {
                 rc = mha_fail(err, MHA_EXIT_DATA,
                               "%s:%ld: cannot tell the format: no tab, no __label__ prefix, no JSON "
-                              "object (expected 'label<TAB>text', '__label__LABEL text' or " JSON_SHAPE ")",
-                              r->path, line_no);
+                              "object (expected 'label<TAB>text', '__label__LABEL text' or " JSONL_SHAPE ")",
+                              r->name, line_no);
                 break;
             }
         }
         char *label, *text;
         MhaError perr;
-        if (format == FORMAT_FASTTEXT && fasttext_extra_label(s) && !d->n_extra_labels++)
+        if (format == FORMAT_FASTTEXT && fasttext_has_extra_label(s) && !d->n_extra_labels++)
             d->first_extra_labels = line_no;
         if (parse_line(s, format, &label, &text, &perr)) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->path, line_no, perr.msg);
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", r->name, line_no, perr.msg);
             break;
         }
         if (format == FORMAT_TSV && label) {
-            if (line_no == first_line && is_header(label, text)) {
+            if (line_no == first_line && is_tsv_header(label, text)) {
                 d->header_line = line_no;
                 goto next;
             }
@@ -535,7 +316,7 @@ static int read_file(Reader *r, MhaError *err) {
         }
         if (label && need_label) {   /* a label and no text */
             const char *t = text;
-            while (is_space(*t)) t++;
+            while (is_line_space(*t)) t++;
             if (!*t) {
                 if (!d->n_no_text++) d->first_no_text = line_no;
                 if (skip_no_text) goto next;
@@ -543,9 +324,9 @@ static int read_file(Reader *r, MhaError *err) {
         }
         if (!need_label) label = NULL;
         else if (!label) {
-            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: missing %s (expected %s)", r->path, line_no,
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: missing %s (expected %s)", r->name, line_no,
                           format == FORMAT_JSONL ? "field \"label\"" : "label",
-                          format == FORMAT_JSONL ? JSON_SHAPE : "a labelled line");
+                          format == FORMAT_JSONL ? JSONL_SHAPE : "a labelled line");
             break;
         }
         if (format == FORMAT_JSONL &&
@@ -554,7 +335,7 @@ static int read_file(Reader *r, MhaError *err) {
             /* a guard: the raw line was checked, and cJSON refuses lone surrogates (json_syntax_check says why) */
             rc = mha_fail(err, MHA_EXIT_DATA,
                           "%s:%ld: a JSON string decodes to invalid UTF-8 (expected valid \\u escapes)",
-                          r->path, line_no);
+                          r->name, line_no);
             break;
         }
         rc = add_example(r, line_no, label, text, strlen(text), &tl, err);
@@ -565,14 +346,14 @@ static int read_file(Reader *r, MhaError *err) {
             line = NULL;
             line_cap = 0;
         }
-        if (fix_cap > keep) {
-            free(fix);
-            fix = NULL;
-            fix_cap = 0;
+        if (r->fix_cap > keep) {
+            free(r->fix);
+            r->fix = NULL;
+            r->fix_cap = 0;
         }
     }
     if (!rc && ferror(f))
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->path, line_no,
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->name, line_no,
                       strerror(errno ? errno : EIO));
     if (!rc && d->n == 0) {
         char why[160] = "";   /* what the non-empty lines were */
@@ -582,10 +363,12 @@ static int read_file(Reader *r, MhaError *err) {
         else if (d->header_line)
             snprintf(why, sizeof why, ": a header line");
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: no examples in %ld line%s%s (expected at least one line "
-                      "with text)", r->path, line_no, line_no == 1 ? "" : "s", why);
+                      "with text)", r->name, line_no, line_no == 1 ? "" : "s", why);
     }
     free(line);
-    free(fix);
+    free(r->fix);
+    r->fix = NULL;
+    r->fix_cap = 0;
     token_list_free(&tl);
     fclose(f);
     if (rc) dataset_free(d);
@@ -606,7 +389,7 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
         return mha_fail(err, MHA_EXIT_DATA,
                         "%s: format plain has no labels (expected tsv, fasttext or jsonl for training)",
                         path);
-    Reader r = {.path = path, .o = o, .d = out, .train = 1};
+    Reader r = {.path = path, .name = path, .o = o, .d = out, .train = 1};
     r.tok_count = vocab_counter_new();
     r.lab_count = vocab_counter_new();
     int rc = 0;
@@ -618,7 +401,7 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
         memset(out, 0, sizeof *out);
         goto done;
     }
-    rc = read_file(&r, err);
+    rc = read_examples(&r, err);
     if (rc) goto done;
 
     /* labels: sorted names; map interned index -> class id */
@@ -683,10 +466,15 @@ done:
     return rc;
 }
 
+int dataset_load_named(const char *path, const char *name, const ReadOptions *o, const Vocab *vocab,
+                       const LabelMap *labels, Dataset *out, MhaError *err) {
+    Reader r = {.path = path, .name = name, .o = o, .d = out, .vocab = vocab, .labels = labels};
+    return read_examples(&r, err);
+}
+
 int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err) {
-    Reader r = {.path = path, .o = o, .d = out, .vocab = vocab, .labels = labels};
-    return read_file(&r, err);
+    return dataset_load_named(path, path, o, vocab, labels, out, err);
 }
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {

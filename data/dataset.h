@@ -1,5 +1,6 @@
 /* data/dataset.h: reading labelled text files (TSV `label<TAB>text`, fastText
- * `__label__X text`, JSON Lines {"label":..,"text":..}) into token ids.
+ * `__label__X text`, JSON Lines {"label":..,"text":..}) into token ids; one line's format
+ * is data/line_format.h (included: FORMAT_*, parse_line, detect_format).
  * Handles a UTF-8 BOM, CRLF, empty lines (skipped, counted), over-long lines
  * (truncated, counted). Every error is "FILE:LINE: what is wrong (what was expected)". */
 #ifndef MHA_DATA_DATASET_H
@@ -8,10 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "data/error.h"
+#include "data/line_format.h"
 #include "data/tokenizer.h"
 #include "data/vocab.h"
-
-enum { FORMAT_AUTO = 0, FORMAT_TSV, FORMAT_FASTTEXT, FORMAT_JSONL, FORMAT_PLAIN };
 
 typedef struct {
     int format;                 /* FORMAT_*; AUTO detects from the first non-empty line */
@@ -43,7 +43,16 @@ typedef struct {
     long n_no_text, first_no_text;  /* labelled lines whose text is empty or spaces: skipped in the
                                        training file (nothing to learn from), kept in others */
     int no_text_skipped;        /* they were skipped (ReadOptions.skip_no_text) */
+    int ex_cap;                 /* room in labels and line_no (offsets: one more) */
+    size_t ids_cap;             /* room in ids */
 } Dataset;
+
+/* Appends example d->n: its class id (-1: none), source line and n_ids token ids, which
+ * the caller then writes at *ids (NULL when n_ids is 0); d->n, the offsets and the arrays
+ * grow (a zeroed Dataset starts empty). Returns 0, or MHA_EXIT_DATA with
+ * "NAME: out of memory while reading" (d keeps the examples it had). */
+int dataset_append(Dataset *d, int32_t label, int32_t line_no, int n_ids, int32_t **ids,
+                   const char *name, MhaError *err);
 
 /* Notes on what was read in a way the user may not expect (a skipped header line, labelled
  * lines without text, extra columns, extra labels), one line each on f,
@@ -60,20 +69,13 @@ int dataset_load_train(const char *path, const ReadOptions *o, int min_count, in
 /* path "/dev/stdin" reads standard input (descriptor 0) from where it stands. */
 int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
                  const LabelMap *labels, Dataset *out, MhaError *err);
+/* The same, with `name` in place of the path in every message (mha-predict reads
+ * "/dev/stdin" as "<stdin>"). */
+int dataset_load_named(const char *path, const char *name, const ReadOptions *o, const Vocab *vocab,
+                       const LabelMap *labels, Dataset *out, MhaError *err);
 void dataset_free(Dataset *d);
 /* 64-bit FNV-1a of the examples as read (count, labels, token ids): a run stores its training
  * set's, so that --resume can tell the data changed under it. */
 uint64_t dataset_fingerprint(const Dataset *d);
-
-/* One line of any format -> (label string or NULL, text). Used by the readers and by
- * mha-predict on streamed input. `line` is modified in place (NUL-terminated pieces).
- * Returns 0, or MHA_EXIT_DATA with err->msg "what is wrong (expected ...)" (no FILE:LINE). */
-int parse_line(char *line, int format, char **label, char **text, MhaError *err);
-/* The text alone, for predictions: the label (empty, or of a type training refuses) is
- * neither read nor checked; the line must still have the format's shape (a tab, __label__,
- * a JSON object with a "text" string). */
-int parse_text(char *line, int format, char **text, MhaError *err);
-int detect_format(const char *first_line);
-int format_from_name(const char *name);   /* "auto","tsv","fasttext","jsonl","plain"; -1 unknown */
 
 #endif

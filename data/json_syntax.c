@@ -2,6 +2,7 @@
  * Lines reader's error messages (json_syntax.h): a recursive scan that stops at the first
  * error and names what was expected there. */
 #include "data/json_syntax.h"
+#include "data/utf8.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -194,8 +195,7 @@ void json_excerpt(char out[32], const char *text, size_t n, size_t at) {
     size_t len = 0;
     if (at > n) at = n;
     while (at + len < n && len < 24 && text[at + len] != '\n' && text[at + len] != '\r') len++;
-    if (at + len < n && len == 24)  /* do not cut a UTF-8 sequence */
-        while (len > 0 && ((unsigned char)text[at + len] & 0xC0) == 0x80) len--;
+    if (at + len < n && len == 24) len = utf8_cut(text + at, len);   /* do not cut a UTF-8 sequence */
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)text[at + i];
         out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;

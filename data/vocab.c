@@ -2,6 +2,7 @@
  * built from it, and the vocabulary's byte serialisation. Both are open-addressing hash
  * tables (linear probing, power-of-two size, load <= 1/2) over a byte arena. */
 #include "data/vocab.h"
+#include "data/little_endian.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -268,17 +269,6 @@ void vocab_free(Vocab *v) {
 }
 
 /* ---- serialisation: u32 count, then per token u32 byte length + bytes (little-endian) -- */
-
-static void put_u32(unsigned char *p, uint32_t x) {
-    p[0] = (unsigned char)x;
-    p[1] = (unsigned char)(x >> 8);
-    p[2] = (unsigned char)(x >> 16);
-    p[3] = (unsigned char)(x >> 24);
-}
-
-static uint32_t get_u32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 int vocab_serialize(const Vocab *v, unsigned char **out, size_t *out_len) {
     size_t n = 4;

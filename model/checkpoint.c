@@ -1,6 +1,7 @@
 /* model/checkpoint.c: writing (atomically) and reading (defensively) checkpoints. */
 #include "model/checkpoint.h"
 #include "model/params.h"
+#include "data/little_endian.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -44,24 +45,25 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 
 typedef struct { FILE *f; uint32_t crc; int failed; } Writer;
 
-static void put(Writer *w, const void *p, size_t n) {
+static void write_bytes(Writer *w, const void *p, size_t n) {
     if (w->failed || n == 0) return;
     if (fwrite(p, 1, n, w->f) != n) w->failed = errno ? errno : EIO;
     w->crc = crc32_update(w->crc, p, n);
 }
-static void put_u32(Writer *w, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
-    put(w, b, 4);
+static void write_u32(Writer *w, uint32_t v) {
+    unsigned char b[4];
+    put_u32(b, v);
+    write_bytes(w, b, 4);
 }
-static void put_u64(Writer *w, uint64_t v) {
-    put_u32(w, (uint32_t)v);
-    put_u32(w, (uint32_t)(v >> 32));
+static void write_u64(Writer *w, uint64_t v) {
+    write_u32(w, (uint32_t)v);
+    write_u32(w, (uint32_t)(v >> 32));
 }
-static void put_section(Writer *w, uint32_t tag, const void *p, uint64_t n) {
-    put_u32(w, tag);
-    put_u32(w, 0);
-    put_u64(w, n);
-    put(w, p, (size_t)n);
+static void write_section(Writer *w, uint32_t tag, const void *p, uint64_t n) {
+    write_u32(w, tag);
+    write_u32(w, 0);
+    write_u64(w, n);
+    write_bytes(w, p, (size_t)n);
 }
 
 static unsigned char *labels_blob(const LabelMap *m, size_t *len) {
@@ -104,21 +106,21 @@ int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
         goto done;
     }
     Writer w = {fdopen(fd, "wb"), 0, 0};
-    put(&w, MAGIC, 8);
-    put_u32(&w, CHECKPOINT_VERSION);
-    put_u32(&w, n_sections);
-    put_u64(&w, size);
-    put_section(&w, TAG_CONFIG, ck->config_json, strlen(ck->config_json));
-    put_section(&w, TAG_VOCAB, vocab, vocab_len);
-    put_section(&w, TAG_LABELS, labels, labels_len);
-    put_section(&w, TAG_PARAMS, ck->params, pbytes);
+    write_bytes(&w, MAGIC, 8);
+    write_u32(&w, CHECKPOINT_VERSION);
+    write_u32(&w, n_sections);
+    write_u64(&w, size);
+    write_section(&w, TAG_CONFIG, ck->config_json, strlen(ck->config_json));
+    write_section(&w, TAG_VOCAB, vocab, vocab_len);
+    write_section(&w, TAG_LABELS, labels, labels_len);
+    write_section(&w, TAG_PARAMS, ck->params, pbytes);
     if (has_train) {
-        put_section(&w, TAG_ADAM_M, ck->adam_m, pbytes);
-        put_section(&w, TAG_ADAM_V, ck->adam_v, pbytes);
-        put_section(&w, TAG_STATE, ck->state_json, strlen(ck->state_json));
+        write_section(&w, TAG_ADAM_M, ck->adam_m, pbytes);
+        write_section(&w, TAG_ADAM_V, ck->adam_v, pbytes);
+        write_section(&w, TAG_STATE, ck->state_json, strlen(ck->state_json));
     }
     uint32_t crc = w.crc;
-    put_u32(&w, crc);
+    write_u32(&w, crc);
     if (!w.failed && fflush(w.f) != 0) w.failed = errno;
     if (!w.failed && fsync(fileno(w.f)) != 0) w.failed = errno;
     if (fclose(w.f) != 0 && !w.failed) w.failed = errno;
@@ -148,9 +150,6 @@ done:
 
 /* ---- reading ---- */
 
-static uint32_t get_u32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
 
 static char *dup_text(const unsigned char *p, uint64_t n) {

@@ -6,6 +6,7 @@
  * config a checkpoint holds means the same from any folder (mha-train --resume). */
 #include "model/config.h"
 #include "data/json_syntax.h"
+#include "data/utf8.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -751,7 +752,7 @@ static int read_file(const char *path, char **out, size_t *out_len, MhaError *er
 /* Parse text at loc into c (already holding defaults); paths resolve against base_dir. */
 static int apply_text(Config *c, const char *text, size_t n, const char *base_dir,
                       const char *loc, int *key_lines, MhaError *err) {
-    if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {  /* UTF-8 byte order mark */
+    if (utf8_bom_length(text, n)) {  /* UTF-8 byte order mark */
         char *copy = malloc(n - 2);
         if (!copy) return failf(err, loc, "out of memory");
         memcpy(copy, text + 3, n - 2);  /* includes the terminating NUL */

@@ -1,0 +1,238 @@
+/* data/line_format.c: one line of TSV / fastText / JSON Lines / plain text -> (label, text);
+ * format detection; the TSV header and extra-label checks. Shared by the dataset reader
+ * (data/dataset.c) and mha-predict's streamed input (line_format.h). */
+#include "data/line_format.h"
+#include "data/json_syntax.h"
+#include "data/utf8.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int format_from_name(const char *name) {
+    static const char *const names[] = {"auto", "tsv", "fasttext", "jsonl", "plain"};
+    for (int i = 0; i < 5; i++)
+        if (name && strcmp(name, names[i]) == 0) return i;   /* same order as FORMAT_* */
+    return -1;
+}
+
+static const char *skip_bom_spaces(const char *s) {
+    s += utf8_bom_length(s, strnlen(s, 3));   /* a string shorter than the BOM is not read past its NUL */
+    while (*s == ' ') s++;
+    return s;
+}
+
+int detect_format(const char *first_line) {
+    const char *s = skip_bom_spaces(first_line);
+    if (strncmp(s, "__label__", 9) == 0) return FORMAT_FASTTEXT;
+    if (*s == '{') return FORMAT_JSONL;
+    if (strchr(s, '\t')) return FORMAT_TSV;
+    return FORMAT_PLAIN;
+}
+
+static const char *json_kind(const cJSON *j) {
+    if (cJSON_IsNull(j)) return "null";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "invalid";
+}
+
+/* 1 when the JSON text holds the escape \u0000: cJSON decodes it into a NUL that would end
+ * the C string there, silently cutting the text. */
+static int json_has_nul_escape(const char *s) {
+    for (; *s; s++) {
+        if (*s != '\\' || !s[1]) continue;
+        if (s[1] == 'u' && strncmp(s + 2, "0000", 4) == 0) return 1;
+        s++;   /* the escaped character: \\u0000 is a backslash and "u0000" */
+    }
+    return 0;
+}
+
+/* label NULL: the label is not read (nor checked). */
+static int parse_json(char *line, char **label, char **text, MhaError *err) {
+    size_t room = strlen(line) + 1;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(line, &end, 1);
+    if (!j) {
+        size_t n = room - 1, at = end && end >= line && end <= line + n ? (size_t)(end - line) : 0;
+        const char *expected = "JSON that cJSON can parse";
+        json_syntax_check(line, n, &at, &expected);   /* keeps cJSON's answer if it passes */
+        char near[32];
+        json_excerpt(near, line, n, at);
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "bad JSON at byte offset %zu%s%s%s (expected %s); each line holds one JSON "
+                        "object " JSONL_SHAPE, at, *near ? " near '" : "", near, *near ? "'" : "", expected);
+    }
+    int rc = 0;
+    char num[32];
+    const char *ls = NULL, *ts = NULL;
+    if (!cJSON_IsObject(j)) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "the line is %s (expected a JSON object " JSONL_SHAPE ")",
+                      json_kind(j));
+        goto done;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+    if (!t) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "missing field \"text\" (expected " JSONL_SHAPE ")");
+        goto done;
+    }
+    if (!cJSON_IsString(t) || !t->valuestring) {
+        rc = mha_fail(err, MHA_EXIT_DATA, "field \"text\" is %s (expected a string)", json_kind(t));
+        goto done;
+    }
+    if (json_has_nul_escape(line)) {   /* as a NUL byte: never part of a text */
+        rc = mha_fail(err, MHA_EXIT_DATA, "a string holds \\u0000, a NUL character (expected text "
+                      "without NUL characters: remove it)");
+        goto done;
+    }
+    ts = t->valuestring;
+    const cJSON *l = label ? cJSON_GetObjectItemCaseSensitive(j, "label") : NULL;
+    if (l) {
+        if (cJSON_IsString(l) && l->valuestring) {
+            ls = l->valuestring;
+        } else if (cJSON_IsNumber(l) && fabs(l->valuedouble) < 9007199254740992.0 &&
+                   l->valuedouble == floor(l->valuedouble)) {
+            snprintf(num, sizeof num, "%lld", (long long)l->valuedouble);
+            ls = num;
+        } else {
+            rc = mha_fail(err, MHA_EXIT_DATA,
+                          "field \"label\" is %s%s (expected a string or an integer)", json_kind(l),
+                          cJSON_IsNumber(l) ? " that is not an integer" : "");
+            goto done;
+        }
+        while (*ls == ' ') ls++;   /* surrounding spaces dropped, as in TSV labels */
+        if (!*ls) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "empty label (expected a non-empty \"label\")");
+            goto done;
+        }
+    }
+    {
+        /* decoded strings are never longer than their JSON form, so they fit in `line` */
+        size_t tl = strlen(ts), ll = 0;
+        if (ls) {
+            ll = strlen(ls);
+            while (ll > 0 && ls[ll - 1] == ' ') ll--;
+            ll++;   /* room for the NUL */
+        }
+        if (tl + 1 + ll > room) {
+            rc = mha_fail(err, MHA_EXIT_DATA, "JSON fields longer than the line (expected " JSONL_SHAPE ")");
+            goto done;
+        }
+        memcpy(line, ts, tl + 1);
+        *text = line;
+        if (ls) {
+            memcpy(line + tl + 1, ls, ll - 1);
+            line[tl + ll] = '\0';
+            *label = line + tl + 1;
+        }
+    }
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* parse_line and parse_text: label NULL reads the text alone, whatever the label is. */
+static int parse_fields(char *line, int format, char **label, char **text, MhaError *err) {
+    if (label) *label = NULL;
+    *text = line;
+    if (format == FORMAT_AUTO) format = detect_format(line);
+    switch (format) {
+    case FORMAT_PLAIN:
+        return 0;
+    case FORMAT_TSV: {
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "no tab between label and text (expected 'label<TAB>text')");
+        *tab = '\0';
+        *text = tab + 1;
+        if (!label) return 0;
+        char *l = line, *e = tab;
+        while (*l == ' ') l++;
+        while (e > l && e[-1] == ' ') *--e = '\0';
+        if (!*l)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "empty label (expected 'label<TAB>text' with a non-empty label)");
+        *label = l;
+        return 0;
+    }
+    case FORMAT_FASTTEXT: {
+        char *p = line;
+        while (*p == ' ') p++;
+        if (strncmp(p, "__label__", 9) != 0)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "missing __label__ prefix (expected '__label__LABEL text')");
+        p += 9;
+        char *l = p;
+        while (*p && !is_line_space(*p)) p++;
+        if (p == l && label)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "empty label after __label__ (expected '__label__LABEL text')");
+        if (*p) *p++ = '\0';
+        for (;;) {   /* further labels: the first one counts */
+            while (is_line_space(*p)) p++;
+            if (strncmp(p, "__label__", 9) != 0) break;
+            while (*p && !is_line_space(*p)) p++;
+        }
+        if (label) *label = l;
+        *text = p;
+        return 0;
+    }
+    case FORMAT_JSONL:
+        return parse_json(line, label, text, err);
+    default:
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "unknown format %d (expected auto, tsv, fasttext, jsonl or plain)", format);
+    }
+}
+
+int parse_line(char *line, int format, char **label, char **text, MhaError *err) {
+    return parse_fields(line, format, label, text, err);
+}
+
+int parse_text(char *line, int format, char **text, MhaError *err) {
+    return parse_fields(line, format, NULL, text, err);
+}
+
+static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
+
+/* s is one of list (NULL-terminated), ignoring the case of ASCII letters */
+static int in_list(const char *s, const char *const *list) {
+    for (; *list; list++) {
+        size_t i = 0;
+        while (s[i] && (*list)[i] && ascii_lower(s[i]) == ascii_lower((*list)[i])) i++;
+        if (!s[i] && !(*list)[i]) return 1;
+    }
+    return 0;
+}
+
+/* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论". Both columns must
+ * be names, so a real class called "label" still trains. */
+int is_tsv_header(const char *label, const char *text) {
+    static const char *const label_names[] = {"label", "labels", "class", "category", "target", "y",
+                                              "tag", "sentiment", "标签", "类别", "分类", "类型", "情感", NULL};
+    static const char *const text_names[] = {"text", "texts", "sentence", "review", "content", "comment",
+                                             "doc", "document", "title", "query", "x", "文本", "内容", "评论",
+                                             "句子", "标题", "评论内容", NULL};
+    while (*text == ' ') text++;
+    char t[32];
+    size_t n = strlen(text);
+    while (n > 0 && is_line_space(text[n - 1])) n--;
+    if (n >= sizeof t) return 0;
+    memcpy(t, text, n);
+    t[n] = '\0';
+    return in_list(label, label_names) && in_list(t, text_names);
+}
+
+/* fastText: a second __label__ after the first one (parse_line skips it) */
+int fasttext_has_extra_label(const char *s) {
+    while (*s == ' ') s++;
+    if (strncmp(s, "__label__", 9) != 0) return 0;
+    while (*s && !is_line_space(*s)) s++;
+    while (is_line_space(*s)) s++;
+    return strncmp(s, "__label__", 9) == 0;
+}
