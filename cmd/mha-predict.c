@@ -2,10 +2,13 @@
  *   mha-predict --model M [FILE|-]            label<TAB>prob per input line, in order
  *   mha-predict --model M --eval FILE|- [--json] accuracy, macro-F1, per-class, confusion
  * Input is streamed in chunks (memory stays flat); a chunk is also cut whenever no more
- * input is ready, so interactive pipes get answers line by line.
+ * input is ready, so interactive pipes get answers line by line (cmd/line_reader.c).
  * Exit status: 0 success, 1 runtime or data error, 2 usage error. */
+#include "cmd/line_reader.h"
 #include "data/dataset.h"
 #include "data/error.h"
+#include "data/line_format.h"
+#include "data/utf8.h"
 #include "kernels/backend.h"
 #include "model/checkpoint.h"
 #include "model/classifier.h"
@@ -17,7 +20,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,75 +95,6 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
     return 0;
 }
 
-/* Buffered line reader over a file descriptor that can tell whether more input is
- * ready without blocking, and bounds the bytes kept per line. */
-typedef struct {
-    int fd;
-    char buf[1 << 16];
-    size_t pos, len;
-    int eof;
-    int error;   /* errno of a failed read (then eof is set too) */
-    char *line;  size_t cap;
-} LineReader;
-
-static int reader_fill(LineReader *r) {
-    if (r->eof) return 0;
-    ssize_t n;
-    do n = read(r->fd, r->buf, sizeof r->buf); while (n < 0 && errno == EINTR);
-    if (n < 0) r->error = errno;
-    if (n <= 0) { r->eof = 1; return 0; }
-    r->pos = 0;
-    r->len = (size_t)n;
-    return 1;
-}
-
-/* Next line without its newline, keeping at most max_bytes (the rest is skipped), cut at
- * a UTF-8 character boundary as mha-train's reader cuts its text: a cut inside a character
- * would leave a partial sequence that the tokenizer then reports as invalid UTF-8.
- * Returns its length, or -1 at end of input. */
-static long reader_line(LineReader *r, size_t max_bytes, int *truncated) {
-    size_t n = 0, limit = max_bytes + 1;   /* one byte more: the first byte after a cut */
-    int any = 0;
-    *truncated = 0;
-    for (;;) {
-        if (r->pos == r->len && !reader_fill(r)) break;
-        any = 1;
-        char *start = r->buf + r->pos;
-        char *nl = memchr(start, '\n', r->len - r->pos);
-        size_t take = nl ? (size_t)(nl - start) : r->len - r->pos;
-        size_t keep = n + take > limit ? limit - n : take;
-        if (n + keep + 1 > r->cap) {
-            r->cap = (n + keep + 1) * 2;
-            r->line = realloc(r->line, r->cap);
-        }
-        memcpy(r->line + n, start, keep);
-        n += keep;
-        r->pos += take + (nl ? 1 : 0);
-        if (nl) break;
-    }
-    if (!any) return -1;
-    if (!r->line) { r->cap = 1; r->line = malloc(1); }
-    *truncated = n > max_bytes;
-    if (*truncated) {
-        /* back up over continuation bytes (10xxxxxx): line[n] then starts a character */
-        n = max_bytes;
-        while (n > 0 && ((unsigned char)r->line[n] & 0xC0) == 0x80) n--;
-    }
-    r->line[n] = 0;
-    return (long)n;
-}
-
-/* Whether the next whole line (or the end) can be read without waiting: a line begun in the
- * buffer whose end has not come yet is not ready (the lines before it are answered first). */
-static int reader_ready(LineReader *r) {
-    if (r->pos == r->len && !r->eof) {
-        struct pollfd p = {r->fd, POLLIN, 0};
-        if (poll(&p, 1, 0) <= 0) return 0;
-        reader_fill(r);   /* readable: this read does not wait */
-    }
-    return r->eof || memchr(r->buf + r->pos, '\n', r->len - r->pos) != NULL;
-}
-
 typedef struct {
     Config cfg;
     Checkpoint ck;
@@ -223,37 +156,27 @@ static void free_predictor(Predictor *p) {
     checkpoint_free(&p->ck);
 }
 
-/* A growing dataset of unlabelled examples for one chunk of input lines. */
-typedef struct { Dataset ds; int cap_n; int64_t cap_ids; TokenList toks; } Chunk;
+/* A growing dataset of unlabelled examples for one chunk of input lines (emptied by setting
+ * ds.n to 0; its arrays are kept for the next chunk). */
+typedef struct { Dataset ds; TokenList toks; } Chunk;
 
-/* Appends one line's tokens; returns how many of them the vocabulary knows (c->toks.replaced
- * tells whether the text held invalid UTF-8). */
-static int chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to) {
+/* Appends one line's tokens; *known: how many of them the vocabulary knows (c->toks.replaced
+ * tells whether the text held invalid UTF-8). Returns 0, or MHA_EXIT_DATA when out of memory
+ * (dataset_append's error, naming the input). */
+static int chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to,
+                     const char *name, int *known, MhaError *err) {
     MhaError e;
-    if (c->ds.n + 1 > c->cap_n) {
-        c->cap_n = c->cap_n ? c->cap_n * 2 : 256;
-        c->ds.labels = realloc(c->ds.labels, (size_t)c->cap_n * sizeof *c->ds.labels);
-        c->ds.offsets = realloc(c->ds.offsets, (size_t)(c->cap_n + 1) * sizeof *c->ds.offsets);
-        c->ds.line_no = realloc(c->ds.line_no, (size_t)c->cap_n * sizeof *c->ds.line_no);
-    }
-    if (c->ds.n == 0) c->ds.offsets[0] = 0;
-    int64_t at = c->ds.offsets[c->ds.n];
     c->toks.n = 0;
     if (tokenize(to, text, strlen(text), &c->toks, &e) != 0) c->toks.n = 0;
-    if (at + c->toks.n > c->cap_ids) {
-        c->cap_ids = (at + c->toks.n) * 2 + 1024;
-        c->ds.ids = realloc(c->ds.ids, (size_t)c->cap_ids * sizeof *c->ds.ids);
-    }
-    int known = 0;
+    int32_t *ids;
+    int rc = dataset_append(&c->ds, -1, c->ds.n + 1, c->toks.n, &ids, name, err);
+    if (rc) return rc;
+    *known = 0;
     for (int i = 0; i < c->toks.n; i++) {
-        c->ds.ids[at + i] = vocab_lookup(v, c->toks.text + c->toks.start[i], c->toks.len[i]);
-        known += c->ds.ids[at + i] != VOCAB_UNK;
+        ids[i] = vocab_lookup(v, c->toks.text + c->toks.start[i], c->toks.len[i]);
+        *known += ids[i] != VOCAB_UNK;
     }
-    c->ds.labels[c->ds.n] = -1;
-    c->ds.line_no[c->ds.n] = c->ds.n + 1;
-    c->ds.offsets[c->ds.n + 1] = at + c->toks.n;
-    c->ds.n++;
-    return known;
+    return 0;
 }
 
 /* Per chunk: the tokens and attention weights of each example as JSON, by index. */
@@ -301,7 +224,9 @@ static int by_prob_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static void write_predictions(Predictor *p, Chunk *c, float *probs, int top_k, int jsonl) {
+/* Runs the model over the chunk, ranks each example's classes and prints its top_k (tsv, or
+ * jsonl with the attention weights when asked) to standard output, in input order. */
+static void predict_and_print_chunk(Predictor *p, Chunk *c, float *probs, int top_k, int jsonl) {
     int K = p->model.d.K;
     Ranked *r = malloc((size_t)K * sizeof *r);
     AttentionDump dump = {p->ck.vocab, NULL, NULL, 0};
@@ -399,10 +324,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     long line_no = 0, truncated_lines = 0, nul_lines = 0, bad_utf8_lines = 0, unknown_lines = 0;
     long unparsed_lines = 0, first_unparsed = 0;
     char unparsed_why[256] = "";
-    int truncated, write_failed = 0;
+    int truncated, write_failed = 0, rc = 0;
     long len;
     MhaError e;
-    while ((len = reader_line(lr, (size_t)p->ro.max_line_bytes, &truncated)) >= 0) {
+    while ((len = line_reader_next(lr, (size_t)p->ro.max_line_bytes, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;
         truncated_lines += truncated;
@@ -410,9 +335,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             for (long k = 0; k < len; k++) if (!line[k]) line[k] = ' ';
             nul_lines++;
         }
-        if (line_no == 1 && (unsigned char)line[0] == 0xEF && (unsigned char)line[1] == 0xBB &&
-            (unsigned char)line[2] == 0xBF)
-            line += 3;
+        if (line_no == 1) line += utf8_bom_length(line, (size_t)len);
         size_t ll = strlen(line);
         if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
         if (format < 0 && line[0]) {
@@ -427,20 +350,22 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                 snprintf(unparsed_why, sizeof unparsed_why, "%.200s", e.msg);
             }
         }
-        unknown_lines += chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok) == 0;
+        int known;
+        if ((rc = chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok, name, &known, err))) break;
+        unknown_lines += known == 0;
         if (c.toks.replaced && bad_utf8_lines++ == 0)
             fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
                     "model expects UTF-8: if the input is GBK, convert it with iconv -f GBK -t UTF-8); "
                     "further such lines are counted\n", name, line_no);
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
-        if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !reader_ready(lr)) {
-            write_predictions(p, &c, probs, top_k, jsonl);
+        if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !line_reader_ready(lr)) {
+            predict_and_print_chunk(p, &c, probs, top_k, jsonl);
             c.ds.n = 0;
             if (ferror(stdout)) { write_failed = errno ? errno : EIO; break; }
         }
     }
     errno = 0;
-    if (c.ds.n && !write_failed) write_predictions(p, &c, probs, top_k, jsonl);
+    if (c.ds.n && !write_failed && !rc) predict_and_print_chunk(p, &c, probs, top_k, jsonl);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
         fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
@@ -465,28 +390,13 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     free(lr);
     free(probs);
     token_list_free(&c.toks);
-    free(c.ds.labels);
-    free(c.ds.offsets);
-    free(c.ds.line_no);
-    free(c.ds.ids);
+    dataset_free(&c.ds);
+    if (rc) return rc;
     if (write_failed)
         return mha_fail(err, MHA_EXIT_DATA, "cannot write predictions to standard output (%s)",
                         strerror(write_failed));
     if (read_error) return mha_fail(err, MHA_EXIT_DATA, "%s: read error (%s)", name, strerror(read_error));
     return 0;
-}
-
-/* dataset_load opens a path; standard input is read through /dev/stdin (a pipe works too),
- * and its name in messages is put back to "<stdin>". */
-#define STDIN_PATH "/dev/stdin"
-
-static void name_stdin_in_error(MhaError *err) {
-    static const char shown[] = "<stdin>";   /* shorter than STDIN_PATH: fits in place */
-    size_t k = strlen(STDIN_PATH), m = strlen(shown);
-    for (char *at = strstr(err->msg, STDIN_PATH); at; at = strstr(at + m, STDIN_PATH)) {
-        memmove(at + m, at + k, strlen(at + k) + 1);
-        memcpy(at, shown, m);
-    }
 }
 
 /* The reader's counts of lines it changed, on stderr: evaluated all the same. */
@@ -505,11 +415,10 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     Dataset ds;
     int from_stdin = strcmp(path, "-") == 0;
     const char *name = from_stdin ? "<stdin>" : path;
-    int rc = dataset_load(from_stdin ? STDIN_PATH : path, &p->ro, p->ck.vocab, &p->ck.labels, &ds, err);
-    if (rc) {
-        if (from_stdin) name_stdin_in_error(err);
-        return rc;
-    }
+    /* standard input is read through /dev/stdin (descriptor 0 itself: a pipe or socket works too) */
+    int rc = dataset_load_named(from_stdin ? "/dev/stdin" : path, name, &p->ro, p->ck.vocab, &p->ck.labels,
+                                &ds, err);
+    if (rc) return rc;
     report_eval_counts(&ds, name, p->ro.max_line_bytes);
     dataset_print_notes(&ds, name, "mha-predict", stderr);
     if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", name); }
