@@ -6,6 +6,7 @@
 #include "model/trainer.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
+#include "data/utf8.h"
 #include "kernels/backend.h"
 #include "kernels/profile.h"
 #include "kernels/rng.h"
@@ -194,9 +195,8 @@ static int check_labels_not_swapped(const char *path, const Dataset *d, const La
     free(count);
     if (alone <= 20 || 2L * alone <= d->n) return 0;
     const char *name = labels->names[eg];
-    int n = (int)strlen(name);
-    if (n > 60)
-        for (n = 60; n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; n--) {}   /* whole characters */
+    size_t len = strlen(name);
+    int n = (int)(len > 60 ? utf8_cut(name, 60) : len);   /* whole characters */
     return mha_fail(err, MHA_EXIT_DATA,
                     "%s: %d of %d examples have a label no other example has (e.g. '%.*s'); are the "
                     "label and the text swapped? (expected a short label first: 'label<TAB>text', "
