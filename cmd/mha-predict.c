@@ -161,13 +161,15 @@ static void free_predictor(Predictor *p) {
 typedef struct { Dataset ds; TokenList toks; } Chunk;
 
 /* Appends one line's tokens; *known: how many of them the vocabulary knows (c->toks.replaced
- * tells whether the text held invalid UTF-8). Returns 0, or MHA_EXIT_DATA when out of memory
- * (dataset_append's error, naming the input). */
+ * tells whether the text held invalid UTF-8). Returns 0, or MHA_EXIT_DATA with the error
+ * naming the input (and the line when the tokenizer refused it) when out of memory. */
 static int chunk_add(Chunk *c, const Vocab *v, const char *text, const TokenizerOptions *to,
-                     const char *name, int *known, MhaError *err) {
-    MhaError e;
+                     const char *name, long line_no, int *known, MhaError *err) {
     c->toks.n = 0;
-    if (tokenize(to, text, strlen(text), &c->toks, &e) != 0) c->toks.n = 0;
+    *known = 0;
+    MhaError e;
+    if (tokenize(to, text, strlen(text), &c->toks, &e) != 0)
+        return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: %s", name, line_no, e.msg);
     int32_t *ids;
     int rc = dataset_append(&c->ds, -1, c->ds.n + 1, c->toks.n, &ids, name, err);
     if (rc) return rc;
@@ -327,31 +329,40 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     int truncated, write_failed = 0, rc = 0;
     long len;
     MhaError e;
-    while ((len = line_reader_next(lr, (size_t)p->ro.max_line_bytes, &truncated)) >= 0) {
+    /* data.max_line_bytes bounds a line's text, as in training; the raw line may be longer
+     * by its label and JSON's escapes (a \uXXXX of a CJK character is 6 bytes for 3) */
+    const size_t text_max = (size_t)p->ro.max_line_bytes, line_max = 2 * text_max + 4096;
+    while ((len = line_reader_next(lr, line_max, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;
-        truncated_lines += truncated;
         if (memchr(line, 0, (size_t)len)) {   /* NUL bytes: read as spaces, counted */
             for (long k = 0; k < len; k++) if (!line[k]) line[k] = ' ';
             nul_lines++;
         }
-        if (line_no == 1) line += utf8_bom_length(line, (size_t)len);
+        /* a byte-order mark starts the input, or a line of a file that 'cat a b' made */
+        line += utf8_bom_length(line, strlen(line));
         size_t ll = strlen(line);
         if (ll > 0 && line[ll - 1] == '\r') line[ll - 1] = 0;
-        if (format < 0 && line[0]) {
+        const int blank = utf8_is_blank(line);   /* as training's empty lines: spaces, zero-width characters */
+        if (format < 0 && !blank) {
             format = detect_format(line);
             note_detected_format(name, line_no, format);
         }
         char *text = line;
-        if (format > 0 && format != FORMAT_PLAIN && line[0] && parse_text(line, format, &text, &e) != 0) {
+        if (format > 0 && format != FORMAT_PLAIN && !blank && parse_text(line, format, &text, &e) != 0) {
             text = line;  /* not in the input's format: the whole line is the text, counted */
             if (unparsed_lines++ == 0) {
                 first_unparsed = line_no;
                 snprintf(unparsed_why, sizeof unparsed_why, "%.200s", e.msg);
             }
         }
+        if (text && strlen(text) > text_max) {
+            text[utf8_cut(text, text_max)] = '\0';
+            truncated = 1;
+        }
+        truncated_lines += truncated;
         int known;
-        if ((rc = chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok, name, &known, err))) break;
+        if ((rc = chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok, name, line_no, &known, err))) break;
         unknown_lines += known == 0;
         if (c.toks.replaced && bad_utf8_lines++ == 0)
             fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
@@ -375,7 +386,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                 "text\n", name, unparsed_lines, line_no, lines_word(line_no), was_were(unparsed_lines), format_label(format),
                 first_unparsed, unparsed_why, unparsed_lines == 1 ? "it was" : "they were");
     if (truncated_lines)
-        fprintf(stderr, "mha-predict: %s: %ld %s longer than %d bytes %s truncated\n", name,
+        fprintf(stderr, "mha-predict: %s: %ld %s with text longer than %d bytes %s truncated\n", name,
                 truncated_lines, lines_word(truncated_lines), p->ro.max_line_bytes, was_were(truncated_lines));
     if (bad_utf8_lines)
         fprintf(stderr, "mha-predict: %s: %ld of %ld %s held invalid UTF-8\n", name, bad_utf8_lines,
@@ -403,7 +414,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
 static void report_eval_counts(const Dataset *ds, const char *name, int max_line_bytes) {
     if (ds->n_replaced)
         fprintf(stderr, "mha-predict: %s: %ld of %ld %s held invalid UTF-8 or NUL bytes (read as "
-                "U+FFFD; the model expects UTF-8: if the file is GBK, convert it with iconv -f GBK "
+                "U+FFFD and spaces; the model expects UTF-8: if the file is GBK, convert it with iconv -f GBK "
                 "-t UTF-8)\n", name, ds->n_replaced, ds->n_lines, lines_word(ds->n_lines));
     if (ds->n_long)
         fprintf(stderr, "mha-predict: %s: %ld %s with text longer than %d bytes (the model's "

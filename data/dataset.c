@@ -24,7 +24,8 @@
 #define REPLACE_HINT "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true"
 #define UTF8_HINT "a GBK file (common for Chinese text) converts with 'iconv -f GBK -t UTF-8 FILE > NEW'; " \
                   REPLACE_HINT
-#define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; " REPLACE_HINT
+#define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; to read NUL " \
+                 "bytes as spaces instead, set data.replace_invalid=true"
 
 /* ---- labels ----------------------------------------------------------------------------- */
 
@@ -205,11 +206,12 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
     return 0;
 }
 
-/* One line as getline read it (got bytes), cleaned in place: the LF / CRLF dropped and, on
- * line 1, a UTF-8 byte-order mark (a UTF-16 one is an error); then checked for invalid UTF-8
- * and NUL bytes: an error naming the byte offset in the line, or with tok.replace_invalid
- * the line with U+FFFD in their place, in r->fix (counted in n_replaced). *out and *out_len:
- * the clean line, NUL-terminated. */
+/* One line as getline read it (got bytes), cleaned in place: the LF / CRLF dropped, and a
+ * leading UTF-8 byte-order mark (on line 1 a UTF-16 one is an error); then checked for
+ * invalid UTF-8 and NUL bytes: an error naming the byte offset in the line, or with
+ * tok.replace_invalid NUL bytes read as spaces (as mha-predict reads them) and invalid UTF-8
+ * as U+FFFD, in r->fix (a line changed either way counted once in n_replaced). *out and
+ * *out_len: the clean line, NUL-terminated. */
 static int clean_line(Reader *r, char *line, size_t got, long line_no, char **out, size_t *out_len,
                       MhaError *err) {
     size_t len = got, bom = 0;
@@ -223,13 +225,20 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
                         "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
                         "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", r->name,
                         (unsigned char)s[0], (unsigned char)s[1], r->name);
-    if (line_no == 1) {
-        bom = utf8_bom_length(s, len);
-        s += bom;
-        len -= bom;
+    /* a byte-order mark starts the file, or a line of a file that 'cat a.tsv b.tsv' made */
+    bom = utf8_bom_length(s, len);
+    s += bom;
+    len -= bom;
+    char *nul = memchr(s, '\0', len);
+    int nul_read = 0;
+    if (nul && r->o->tok.replace_invalid) {   /* NUL bytes read as spaces, as mha-predict reads them */
+        for (char *c = nul; c < s + len; c++)
+            if (!*c) *c = ' ';
+        nul = NULL;
+        nul_read = 1;
+        r->d->n_replaced++;
     }
     size_t bad = utf8_check(s, len);
-    char *nul = memchr(s, '\0', len);
     if (bad < len || nul) {
         int is_nul = nul && (size_t)(nul - s) < bad;
         if (!r->o->tok.replace_invalid)
@@ -245,7 +254,7 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
         len = utf8_replace_invalid(s, len, r->fix, 1);
         r->fix[len] = '\0';
         s = r->fix;
-        r->d->n_replaced++;
+        if (!nul_read) r->d->n_replaced++;
     }
     *out = s;
     *out_len = len;
@@ -282,9 +291,7 @@ static int read_examples(Reader *r, MhaError *err) {
         char *s = NULL;
         size_t len = 0;
         if ((rc = clean_line(r, line, (size_t)got, line_no, &s, &len, err))) break;
-        size_t k = 0;
-        while (k < len && is_line_space(s[k])) k++;
-        if (k == len) {
+        if (utf8_is_blank(s)) {   /* nothing but spaces, zero-width characters or BOMs */
             d->n_empty++;
             continue;
         }
@@ -315,9 +322,7 @@ static int read_examples(Reader *r, MhaError *err) {
             if (strchr(text, '\t') && !d->n_extra_columns++) d->first_extra_columns = line_no;
         }
         if (label && need_label) {   /* a label and no text */
-            const char *t = text;
-            while (is_line_space(*t)) t++;
-            if (!*t) {
+            if (utf8_is_blank(text)) {
                 if (!d->n_no_text++) d->first_no_text = line_no;
                 if (skip_no_text) goto next;
             }

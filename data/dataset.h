@@ -34,7 +34,7 @@ typedef struct {
     int32_t *ids;               /* all examples' token ids, untruncated */
     int32_t *line_no;           /* (n) 1-based source line of each example */
     long n_lines, n_empty, n_long, n_tokens, n_unk;  /* statistics */
-    long n_replaced;            /* lines whose invalid UTF-8 / NUL bytes became U+FFFD (replace_invalid) */
+    long n_replaced;            /* lines whose invalid UTF-8 became U+FFFD, NUL bytes spaces (replace_invalid) */
     long n_extra_columns;       /* TSV lines with more than two tab-separated columns: their text
                                    is everything after the first tab, tabs included */
     long n_extra_labels;        /* fastText lines with more than one __label__: the first counts */

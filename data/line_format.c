@@ -104,8 +104,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
                           cJSON_IsNumber(l) ? " that is not an integer" : "");
             goto done;
         }
-        while (*ls == ' ') ls++;   /* surrounding spaces dropped, as in TSV labels */
-        if (!*ls) {
+        if (utf8_is_blank(ls)) {   /* surrounding blanks are dropped below, as in TSV labels */
             rc = mha_fail(err, MHA_EXIT_DATA, "empty label (expected a non-empty \"label\")");
             goto done;
         }
@@ -114,9 +113,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         /* decoded strings are never longer than their JSON form, so they fit in `line` */
         size_t tl = strlen(ts), ll = 0;
         if (ls) {
-            ll = strlen(ls);
-            while (ll > 0 && ls[ll - 1] == ' ') ll--;
-            ll++;   /* room for the NUL */
+            ll = strlen(ls) + 1;   /* room for the NUL */
         }
         if (tl + 1 + ll > room) {
             rc = mha_fail(err, MHA_EXIT_DATA, "JSON fields longer than the line (expected " JSONL_SHAPE ")");
@@ -127,7 +124,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         if (ls) {
             memcpy(line + tl + 1, ls, ll - 1);
             line[tl + ll] = '\0';
-            *label = line + tl + 1;
+            *label = utf8_trim_blank(line + tl + 1);
         }
     }
 done:
@@ -151,9 +148,7 @@ static int parse_fields(char *line, int format, char **label, char **text, MhaEr
         *tab = '\0';
         *text = tab + 1;
         if (!label) return 0;
-        char *l = line, *e = tab;
-        while (*l == ' ') l++;
-        while (e > l && e[-1] == ' ') *--e = '\0';
+        char *l = utf8_trim_blank(line);   /* Unicode spaces, zero-width characters and BOMs too */
         if (!*l)
             return mha_fail(err, MHA_EXIT_DATA,
                             "empty label (expected 'label<TAB>text' with a non-empty label)");

@@ -250,7 +250,7 @@ static void print_data_stats(Run *r, Batcher *bt) {
     fprintf(stderr, "train %s: %d examples, %ld tokens, %ld empty and %ld over-long lines skipped/truncated",
             c->train, r->train.n, r->train.n_tokens, r->train.n_empty, r->train.n_long);
     if (r->train.n_replaced)
-        fprintf(stderr, ", %ld with invalid UTF-8 or NUL bytes read as U+FFFD", r->train.n_replaced);
+        fprintf(stderr, ", %ld with invalid UTF-8 read as U+FFFD or NUL bytes as spaces", r->train.n_replaced);
     fputc('\n', stderr);
     dataset_print_notes(&r->train, c->train, "mha-train", stderr);
     if (r->has_dev) dataset_print_notes(&r->dev, c->dev, "mha-train", stderr);

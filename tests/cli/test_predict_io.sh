@@ -51,12 +51,20 @@ grep -q "bad.tsv: 2 of 5 lines held invalid UTF-8 or NUL bytes .*iconv -f GBK -t
 { yes 好 | head -n 400000 | tr -d '\n'; echo; } >"$TMP/long.txt"
 cat "$TMP/long.txt" | "$PREDICT" --model "$M" >"$TMP/pl" 2>"$TMP/pl.err" || fail "predict on a 1.2 MB line failed"
 [ "$(wc -l <"$TMP/pl")" = 1 ] || fail "a 1.2 MB line: expected 1 output line"
-grep -q "<stdin>: 1 line longer than 1048576 bytes was truncated$" "$TMP/pl.err" && ! grep -q "UTF-8" "$TMP/pl.err" \
+grep -q "<stdin>: 1 line with text longer than 1048576 bytes was truncated$" "$TMP/pl.err" && ! grep -q "UTF-8" "$TMP/pl.err" \
   || fail "a long valid line: expected only '1 line ... was truncated': $(cat "$TMP/pl.err")"
 { head -3 data/sample/dev.tsv; printf '美食\t'; cat "$TMP/long.txt"; } >"$TMP/long.tsv"
 "$PREDICT" --model "$M" --eval "$TMP/long.tsv" --json >"$TMP/el" 2>"$TMP/el.err" || fail "--eval with a long line failed: $(cat "$TMP/el.err")"
 grep -q "long.tsv: 1 line with text longer than 1048576 bytes .* was truncated" "$TMP/el.err" && ! grep -q "UTF-8" "$TMP/el.err" \
   || fail "--eval did not report the truncated line: $(cat "$TMP/el.err")"
+# data.max_line_bytes bounds the text, not the line: a TSV line whose text is 1048575 bytes
+# (349,525 x 好) is not cut for its label; a blank-looking first line (spaces, U+3000) does not
+# decide the format, and a byte-order mark mid-input (cat a b) is not read as text
+{ printf '  \xe3\x80\x80 \n'; printf '\xef\xbb\xbf美食\t'; yes 好 | head -n 349525 | tr -d '\n'; echo; } >"$TMP/fit.tsv"
+"$PREDICT" --model "$M" --attention "$TMP/fit.tsv" >"$TMP/pf" 2>"$TMP/pf.err" || fail "predict on fit.tsv failed: $(cat "$TMP/pf.err")"
+! grep -q "truncated" "$TMP/pf.err" || fail "a text of exactly data.max_line_bytes was cut for its label: $(cat "$TMP/pf.err")"
+grep -q "read as TSV (line 2 has a tab)" "$TMP/pf.err" || fail "a blank first line decided the format: $(cat "$TMP/pf.err")"
+[ "$(sed -n 2p "$TMP/pf" | grep -o '"美"' | wc -l)" = 0 ] || fail "the label was read as text after a blank first line"
 # singular counts: "1 of 1 line", "1 line held", "its label is a guess"
 { cat "$TMP/gbk.txt"; printf 'a\0b\n'; } | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/p1.err"
 grep -q "<stdin>: 1 of 2 lines held invalid UTF-8" "$TMP/p1.err" && grep -q "<stdin>: 1 line held NUL bytes" "$TMP/p1.err" \

@@ -398,8 +398,8 @@ static void test_errors(void) {
     CHECK(train_fails(p, o, msg("%s:1: invalid UTF-8 at byte offset 6 ", p), 1), "offset counts the BOM");
     p = PUT("nul.tsv", "a\tok\na\tb\0c\n");
     CHECK(train_fails(p, o, msg("%s:2: NUL byte at byte offset 3 (expected UTF-8 text; a UTF-16 file "
-                                "converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; to read a few bad bytes "
-                                "as U+FFFD instead, set data.replace_invalid=true)", p), 0),
+                                "converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; to read NUL bytes "
+                                "as spaces instead, set data.replace_invalid=true)", p), 0),
           "NUL byte");
     ReadOptions ro = o;
     ro.tok.replace_invalid = 1;
@@ -412,7 +412,8 @@ static void test_errors(void) {
     CHECK(rc == 0 && d.n == 3, "replace_invalid loads: %s", err.msg);
     if (!rc) {
         CHECK(strcmp(example(&d, v, 0), "b|\xEF\xBF\xBD|(") == 0, "replaced: %s", example(&d, v, 0));
-        CHECK(strcmp(example(&d, v, 1), "x|\xEF\xBF\xBD|y") == 0, "NUL replaced: %s", example(&d, v, 1));
+        CHECK(strcmp(example(&d, v, 1), "x|y") == 0, "NUL read as a space, as mha-predict does: %s",
+              example(&d, v, 1));
         CHECK(lm.n == 2 && strcmp(lm.names[1], "l\xEF\xBF\xBD") == 0, "label replaced");
         dataset_free(&d);
         vocab_free(v);
@@ -504,6 +505,43 @@ static void test_parse_line(void) {
           "unknown format");
 }
 
+/* Blank characters beyond ASCII (data/utf8.h): a byte-order mark mid-file (cat a.tsv b.tsv)
+ * and labels ending in U+3000 or NBSP make no new class; a line of U+3000 and ZWSP is empty;
+ * a text of U+3000 / NBSP / ZWSP is "a label but no text", in TSV and JSON Lines alike. */
+static void test_unicode_blanks(void) {
+    ReadOptions o = opts(FORMAT_TSV);
+    Vocab *v = NULL;
+    LabelMap lm = {0, NULL};
+    Dataset d;
+    MhaError err = {0, ""};
+    const char *p = PUT("blanks2.tsv", "a\tx\n"
+                           "\xEF\xBB\xBF" "a\ty\n"
+                           "a\xE3\x80\x80\tz\n"
+                           "\xC2\xA0" "b\xC2\xA0\tw\n"
+                           "\xE3\x80\x80\xE2\x80\x8B \n"
+                           "b\t\xE3\x80\x80\xC2\xA0\xE2\x80\x8B\n");
+    int rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0, "blanks2.tsv loads: %s", err.msg);
+    if (!rc) {
+        CHECK(lm.n == 2 && !strcmp(lm.names[0], "a") && !strcmp(lm.names[1], "b"),
+              "labels a and b only: %d (%s)", lm.n, lm.n > 2 ? lm.names[2] : "");
+        CHECK(d.n == 4 && d.n_empty == 1 && d.n_no_text == 1 && d.first_no_text == 6,
+              "4 examples, 1 empty line, line 6 without text: %d %ld %ld %ld", d.n, d.n_empty,
+              d.n_no_text, d.first_no_text);
+        CHECK(!strcmp(example(&d, v, 1), "y"), "the mid-file BOM is not text: %s", example(&d, v, 1));
+        dataset_free(&d), vocab_free(v), labelmap_free(&lm);
+    }
+    p = PUT("blanks.jsonl", "{\"label\": \"b\\u3000\", \"text\": \"v\"}\n"
+                            "{\"label\": \" b\", \"text\": \"\\u3000\\u200b\"}\n"
+                            "{\"label\": \"a\", \"text\": \"u\"}\n");
+    o.format = FORMAT_AUTO;
+    v = NULL;
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && lm.n == 2 && d.n == 2 && d.n_no_text == 1, "JSON Lines: labels trimmed of U+3000, "
+          "blank text: rc %d labels %d n %d no text %ld (%s)", rc, lm.n, d.n, d.n_no_text, err.msg);
+    if (!rc) dataset_free(&d), vocab_free(v), labelmap_free(&lm);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/mha-test-data-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -516,6 +554,7 @@ int main(void) {
     test_errors();
     test_surprises();
     test_long_lines();
+    test_unicode_blanks();
     for (int i = 0; i < g_n_paths; i++) unlink(g_paths[i]);
     rmdir(g_dir);
     return test_finish("test_dataset");
