@@ -82,6 +82,12 @@ static unsigned char *labels_blob(const LabelMap *m, size_t *len) {
     return b;
 }
 
+/* fsync's errors that mean "this file cannot be synced" (some FUSE and network file systems,
+ * special files), not "the data was lost". */
+static int fsync_unsupported(int e) {
+    return e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS;
+}
+
 int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
     unsigned char *vocab = NULL, *labels = NULL;
     size_t vocab_len = 0, labels_len = 0;
@@ -122,12 +128,16 @@ int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
     uint32_t crc = w.crc;
     write_u32(&w, crc);
     if (!w.failed && fflush(w.f) != 0) w.failed = errno;
-    if (!w.failed && fsync(fileno(w.f)) != 0) w.failed = errno;
+    /* a file system that cannot fsync (EINVAL, ENOTSUP) keeps the file all the same */
+    if (!w.failed && fsync(fileno(w.f)) != 0 && !fsync_unsupported(errno)) w.failed = errno;
     if (fclose(w.f) != 0 && !w.failed) w.failed = errno;
     if (w.failed) {
         unlink(tmp);
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s); the previous %s is untouched",
-                      path, strerror(w.failed), path);
+        if (access(path, F_OK) == 0)
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s); the previous %s is untouched",
+                          path, strerror(w.failed), path);
+        else
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s)", path, strerror(w.failed));
         goto done;
     }
     if (rename(tmp, path) != 0) {
@@ -138,8 +148,10 @@ int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
     }
     free(dircopy);
     dircopy = strdup(path);
+    /* the rename made durable where the file system can; a failure here (EINVAL on some file
+     * systems, or an I/O error) is not reported: the checkpoint itself is whole and in place */
     int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
 done:
     free(dircopy);
     free(basecopy);

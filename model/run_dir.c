@@ -41,6 +41,21 @@ static void remove_stale_temp_files(const char *dir) {
                 removed, removed == 1 ? "" : "s", dir);
 }
 
+static dev_t locked_dev;   /* the folder run_dir_lock locked, as it was then */
+static ino_t locked_ino;
+static int have_locked;
+
+int run_dir_check(const char *dir, MhaError *err) {
+    struct stat st;
+    if (!have_locked) return 0;
+    int gone = stat(dir, &st) != 0;
+    if (!gone && st.st_dev == locked_dev && st.st_ino == locked_ino) return 0;
+    return mha_fail(err, MHA_EXIT_DATA, "%s: the output folder was moved or replaced while this run was "
+                    "training (%s); nothing was saved there, so as not to overwrite what is there now. The "
+                    "run's earlier checkpoints are in the folder it was moved to, if it was moved (continue "
+                    "with --resume FOLDER/last.mha)", dir, gone ? "it is gone" : "another folder has its name now");
+}
+
 int run_dir_lock(const char *dir, MhaError *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s", dir);
@@ -56,9 +71,21 @@ int run_dir_lock(const char *dir, MhaError *err) {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
         close(fd);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
-                        "(wait for it, or set output.dir to another folder)", dir);
+        if (e == EWOULDBLOCK || e == EAGAIN)
+            return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
+                            "(wait for it, or set output.dir to another folder)", dir);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot lock %s (%s); mha-train locks its output folder so "
+                        "that two runs never write to it at once: put output.dir on a file system that "
+                        "supports flock (a local disk rather than some network file systems)", dir, path,
+                        strerror(e));
+    }
+    /* the folder this run holds: saves go there only (run_dir_check) */
+    if (stat(dir, &st) == 0) {
+        locked_dev = st.st_dev;
+        locked_ino = st.st_ino;
+        have_locked = 1;
     }
     remove_stale_temp_files(dir);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */

@@ -13,6 +13,12 @@
  * A folder another mha-train holds is an error. */
 int run_dir_lock(const char *dir, MhaError *err);
 
+/* Before a save into dir: 0 when dir is still the folder run_dir_lock locked (same device
+ * and inode); else MHA_EXIT_DATA with err saying it was moved or replaced during the run
+ * (the lock follows the folder, a save follows the path: writing there would overwrite
+ * another run's checkpoints). 0 when nothing was locked. */
+int run_dir_check(const char *dir, MhaError *err);
+
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
  * mistyped command does not replace a trained model.mha and a resumable last.mha. With
  * overwrite (the user starts over) both are removed at once, so neither outlives its run;

@@ -1,6 +1,7 @@
 /* kernels/cpu/backend_cpu.c: the CPU backend (OpenBLAS + OpenMP), the reference one.
  * The layer kernels are the float instantiation of layers_impl.h (layers_f32.c); this file
  * adds memory, the plain elementwise ops, the optimizer and thread setup, and fills the table. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -160,9 +161,14 @@ static const Backend cpu_backend = {
 };
 
 const Backend *mha_cpu_backend(int threads) {
-    int n = threads > 0 ? threads : omp_get_num_procs();
-    if (n < 1) n = 1;
-    omp_set_num_threads(n);
+    /* threads 0: OMP_NUM_THREADS when set (the OpenMP runtime has read it: its value stands),
+     * else one thread per processor */
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (threads > 0 || !env || !*env) {
+        int n = threads > 0 ? threads : omp_get_num_procs();
+        if (n < 1) n = 1;
+        omp_set_num_threads(n);
+    }
     /* All parallelism is OpenMP's: BLAS calls run on the calling thread (see linear_*). */
     openblas_set_num_threads(1);
     return &cpu_backend;
@@ -205,7 +211,15 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
 
 void mha_cpu_prefer_passive_wait(char **argv) {
     if (getenv("OMP_WAIT_POLICY")) return;
+    /* the program's own path, not /proc/self/exe: exec'd by that name, the process would be
+     * called "exe" (pgrep mha-train, top and ps would not find it) */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof self - 1) return;
+    self[n] = '\0';
     if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the default policy */
+    execv(self, argv);
+    /* exec failed (the file replaced or removed since it started): carry on with the default
+     * policy */
+    unsetenv("OMP_WAIT_POLICY");
 }
