@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,13 +229,20 @@ static int by_prob_desc(const void *a, const void *b) {
 
 /* Runs the model over the chunk, ranks each example's classes and prints its top_k (tsv, or
  * jsonl with the attention weights when asked) to standard output, in input order. */
-static void predict_and_print_chunk(Predictor *p, Chunk *c, float *probs, int top_k, int jsonl) {
+static int predict_and_print_chunk(Predictor *p, Chunk *c, float *probs, int top_k, int jsonl, MhaError *err) {
     int K = p->model.d.K;
     Ranked *r = malloc((size_t)K * sizeof *r);
     AttentionDump dump = {p->ck.vocab, NULL, NULL, 0};
     if (p->attention) dump.items = calloc((size_t)c->ds.n, sizeof *dump.items);
-    predict_dataset(&p->model, &c->ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, probs,
-                    p->attention ? attention_sink : NULL, &dump);
+    if (!probs || !r || (p->attention && !dump.items) ||
+        predict_dataset(&p->model, &c->ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, probs,
+                        p->attention ? attention_sink : NULL, &dump) != EVAL_OK) {
+        free(r);
+        free(dump.items);
+        free(dump.buf);
+        return mha_fail(err, MHA_EXIT_DATA, "out of memory predicting a chunk of %d lines (batches of %d x %d "
+                        "tokens; try a smaller --batch-size)", c->ds.n, p->batch_size, p->cfg.max_len);
+    }
     for (int i = 0; i < c->ds.n; i++) {
         for (int k = 0; k < K; k++) r[k] = (Ranked){k, probs[(size_t)i * K + k]};
         qsort(r, (size_t)K, sizeof *r, by_prob_desc);
@@ -270,6 +278,7 @@ static void predict_and_print_chunk(Predictor *p, Chunk *c, float *probs, int to
     free(r);
     free(dump.items);
     free(dump.buf);
+    return 0;
 }
 
 /* What a line of `format` looks like, for the count of lines that were not. */
@@ -370,13 +379,13 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                     "further such lines are counted\n", name, line_no);
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
         if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !line_reader_ready(lr)) {
-            predict_and_print_chunk(p, &c, probs, top_k, jsonl);
+            if ((rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err))) break;
             c.ds.n = 0;
             if (ferror(stdout)) { write_failed = errno ? errno : EIO; break; }
         }
     }
     errno = 0;
-    if (c.ds.n && !write_failed && !rc) predict_and_print_chunk(p, &c, probs, top_k, jsonl);
+    if (c.ds.n && !write_failed && !rc) rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
         fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
@@ -434,7 +443,11 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     dataset_print_notes(&ds, name, "mha-predict", stderr);
     if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", name); }
     Metrics m;
-    evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m);
+    if (evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m) != EVAL_OK) {
+        dataset_free(&ds);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory evaluating in batches of %d x %d tokens (try a "
+                        "smaller --batch-size)", name, p->batch_size, p->cfg.max_len);
+    }
     if (json) {
         char *s = metrics_to_json(&m, p->ck.labels.names);
         printf("%s\n", s);
@@ -568,6 +581,7 @@ static int check_args(Args *a, int *input_format) {
 int main(int argc, char **argv) {
     mha_guard_std_fds();
     mha_cpu_prefer_passive_wait(argv);
+    signal(SIGXFSZ, SIG_IGN);   /* over `ulimit -f`: a write error, said, rather than a silent death */
     Args a;
     int input_format = FORMAT_AUTO, rc;
     if ((rc = parse_args(&a, argc, argv))) return rc;

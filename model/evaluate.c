@@ -37,6 +37,10 @@ static long max_tokens;          /* evaluate_set_max_tokens; 0: batches of batch
 
 void evaluate_set_max_tokens(long n) { max_tokens = n > 0 ? n : 0; }
 
+static volatile sig_atomic_t *cancel_flag;   /* evaluate_set_cancel_flag; NULL: never cancelled */
+
+void evaluate_set_cancel_flag(volatile sig_atomic_t *flag) { cancel_flag = flag; }
+
 long evaluate_cpu_max_tokens(int d_model, int d_ff) {
     const long width = 3L * d_model > d_ff ? 3L * d_model : (d_ff > 1 ? d_ff : 1);
     const long rows = CPU_BATCH_ACTIVATION_BYTES / (width * (long)sizeof(float));
@@ -165,23 +169,25 @@ static int run_parallel(Model *m, Batcher *bt, int W, int with_labels, ExampleSi
 /* Runs forward over every batch (sorted by length, no shuffling) and hands each example's
  * probabilities and loss to `sink`, in batch order; reads_model: the sink reads the
  * activations of the example's batch from the model it gets (one batch at a time). */
-static void run_batches(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                        int add_cls, int with_labels, int reads_model, ExampleSink sink, void *ctx) {
+static int run_batches(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
+                       int add_cls, int with_labels, int reads_model, ExampleSink sink, void *ctx) {
     Batcher bt;
-    if (batcher_init(&bt, ds, batch_size, max_len, truncate, add_cls, 1, 0) != 0) return;
+    if (batcher_init(&bt, ds, batch_size, max_len, truncate, add_cls, 1, 0) != 0) return EVAL_NO_MEMORY;
     /* a sink that reads the model runs one batch at a time with ops on all threads, where
      * whole batches are faster: no cap there */
     batcher_set_max_tokens(&bt, reads_model ? 0 : max_tokens);
     batcher_start_epoch(&bt, 0, 0, 0);
-    int W = reads_model ? 1 : worker_count(m, bt.n_batches);
+    int W = reads_model ? 1 : worker_count(m, bt.n_batches), rc = EVAL_OK;
     if (W <= 1 || run_parallel(m, &bt, W, with_labels, sink, ctx) != 0) {
         const Batch *b;
         while ((b = batcher_next(&bt)) != NULL) {
+            if (cancel_flag && *cancel_flag) { rc = EVAL_CANCELLED; break; }
             forward_batch(m, b, with_labels);
             sink_batch(m, b, m->h_probs, with_labels ? m->h_losses : NULL, sink, ctx);
         }
     }
     batcher_free(&bt);
+    return rc;
 }
 
 static int argmax(const float *p, int K) {
@@ -197,11 +203,13 @@ static void eval_sink(void *ctx, const Model *m, const Batch *b, int row, const 
     metrics_add(e->metrics, b->labels[row], argmax(probs, e->K), loss);
 }
 
-void evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                      int add_cls, Metrics *out) {
-    metrics_init(out, m->d.K);
+int evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
+                     int add_cls, Metrics *out) {
+    if (metrics_init(out, m->d.K) != 0) return EVAL_NO_MEMORY;
     EvalCtx e = {out, m->d.K};
-    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 1, 0, eval_sink, &e);
+    int rc = run_batches(m, ds, batch_size, max_len, truncate, add_cls, 1, 0, eval_sink, &e);
+    if (rc != EVAL_OK) metrics_free(out);
+    return rc;
 }
 
 typedef struct { float *probs; int K; ExampleSink extra; void *extra_ctx; } PredCtx;
@@ -211,8 +219,8 @@ static void pred_sink(void *ctx, const Model *m, const Batch *b, int row, const 
     if (p->extra) p->extra(p->extra_ctx, m, b, row, probs, loss);
 }
 
-void predict_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                     int add_cls, float *probs, ExampleSink extra, void *extra_ctx) {
+int predict_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
+                    int add_cls, float *probs, ExampleSink extra, void *extra_ctx) {
     PredCtx p = {probs, m->d.K, extra, extra_ctx};
-    run_batches(m, ds, batch_size, max_len, truncate, add_cls, 0, extra != NULL, pred_sink, &p);
+    return run_batches(m, ds, batch_size, max_len, truncate, add_cls, 0, extra != NULL, pred_sink, &p);
 }

@@ -6,6 +6,7 @@
 #include "data/batcher.h"
 #include "model/classifier.h"
 #include "model/metrics.h"
+#include <signal.h>
 
 /* Batches run data-parallel on the CPU backend: with W OpenMP threads, W workers (the model
  * and its replicas, model_replicas) run whole forward passes at once with single-threaded
@@ -34,13 +35,25 @@ long evaluate_cpu_max_tokens(int d_model, int d_ff);
 typedef void (*ExampleSink)(void *ctx, const Model *m, const Batch *b, int row, const float *probs,
                             float loss);
 
-/* Evaluate all of ds (which must carry labels) into metrics (initialised here, K classes). */
-void evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                      int add_cls, Metrics *out);
+/* What evaluate_dataset and predict_dataset return: EVAL_OK; EVAL_NO_MEMORY when the batches
+ * (or the metrics) could not be allocated, with nothing evaluated; EVAL_CANCELLED when the
+ * cancel flag was set between two batches (the results are incomplete and must not be used). */
+enum { EVAL_OK = 0, EVAL_NO_MEMORY = 1, EVAL_CANCELLED = 2 };
+
+/* A flag (set by a signal handler) checked before each batch of the one-batch-at-a-time path:
+ * when it is set, the evaluation stops and returns EVAL_CANCELLED. NULL (the default): never.
+ * Process-wide, like evaluate_set_workers. */
+void evaluate_set_cancel_flag(volatile sig_atomic_t *flag);
+
+/* Evaluate all of ds (which must carry labels) into metrics (initialised here, K classes).
+ * EVAL_OK, or another EVAL_ value with *out freed. */
+int evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
+                     int add_cls, Metrics *out);
 
 /* Class probabilities (ds->n, K) in dataset order into probs; `extra` (may be NULL) also
- * sees every example, e.g. to read its attention weights. */
-void predict_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
-                     int add_cls, float *probs, ExampleSink extra, void *extra_ctx);
+ * sees every example, e.g. to read its attention weights. EVAL_OK, or another EVAL_ value
+ * with probs incomplete. */
+int predict_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
+                    int add_cls, float *probs, ExampleSink extra, void *extra_ctx);
 
 #endif

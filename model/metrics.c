@@ -4,11 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void metrics_init(Metrics *m, int K) {
+int metrics_init(Metrics *m, int K) {
     m->K = K;
     m->confusion = calloc((size_t)K * K, sizeof *m->confusion);
     m->n = 0;
     m->loss_sum = 0.0;
+    return m->confusion ? 0 : -1;
 }
 
 void metrics_free(Metrics *m) {

@@ -12,7 +12,8 @@ typedef struct {
     double loss_sum;    /* sum of per-example losses (for the mean loss) */
 } Metrics;
 
-void metrics_init(Metrics *m, int K);
+/* 0, or -1 when the confusion matrix cannot be allocated (then metrics_free is still safe). */
+int metrics_init(Metrics *m, int K);
 void metrics_free(Metrics *m);
 void metrics_add(Metrics *m, int truth, int predicted, double loss);
 double metrics_accuracy(const Metrics *m);

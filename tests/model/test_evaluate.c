@@ -13,7 +13,8 @@
  *    for a sink that reads the model; evaluate_cpu_max_tokens' values;
  *  - the mechanism: with workers, every op is called from a worker at nesting level 1 with
  *    omp_get_max_threads() == 1, its own parallel regions get one thread even where nesting
- *    is allowed, at least two workers run, and the caller's thread count is unchanged. */
+ *    is allowed, at least two workers run, and the caller's thread count is unchanged;
+ *  - failures are returned: no memory for the batches, the cancel flag (test_failures_returned). */
 #include "kernels/backend.h"
 #include "kernels/cpu/layers_f32.h"
 #include "kernels/rng.h"
@@ -22,7 +23,13 @@
 #include "model/evaluate.h"
 #include "tests/test_util.h"
 #include <omp.h>
+#include <signal.h>
 #include <string.h>
+
+/* AddressSanitizer: a request larger than it serves (test_failures_returned) returns NULL,
+ * as malloc does, instead of ending the test. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 enum { V = 200, K = 5, N_EX = 300, BATCH = 32, MAX_LEN = 64, THREADS = 3 };
 
@@ -283,6 +290,54 @@ static void test_token_cap(void) {
     dataset_free(&ds);
 }
 
+/* Failures are returned, never results: batches that cannot be allocated (a batch of 2^30
+ * examples of 2^20 tokens) give EVAL_NO_MEMORY with no forward pass run and the metrics freed
+ * (before: evaluate_dataset returned nothing, and the caller used empty metrics, "accuracy 0
+ * loss 0", as a real evaluation); the cancel flag stops an evaluation before its next batch
+ * (EVAL_CANCELLED), and a flag left clear changes nothing. */
+static volatile sig_atomic_t cancel_now;
+static void cancel_sink(void *ctx, const Model *m, const Batch *b, int row, const float *probs, float loss) {
+    (void)ctx, (void)m, (void)b, (void)row, (void)probs, (void)loss;
+    cancel_now = 1;
+}
+
+static void test_failures_returned(void) {
+    Backend spy;
+    Model m;
+    Dataset ds;
+    if (spied_model(&m, &ds, &spy) != 0) return;
+    float *probs = malloc((size_t)N_EX * K * sizeof *probs);
+    Metrics mt;
+    spy_calls = 0;
+    int rc = evaluate_dataset(&m, &ds, 1 << 30, 1 << 20, TRUNC_HEAD, 0, &mt);
+    CHECK(rc == EVAL_NO_MEMORY && spy_calls == 0 && mt.confusion == NULL,
+          "evaluate_dataset without memory for its batches: %d (EVAL_NO_MEMORY %d expected), %d forward passes",
+          rc, EVAL_NO_MEMORY, spy_calls);
+    rc = predict_dataset(&m, &ds, 1 << 30, 1 << 20, TRUNC_HEAD, 0, probs, NULL, NULL);
+    CHECK(rc == EVAL_NO_MEMORY && spy_calls == 0, "predict_dataset without memory for its batches: %d, %d "
+          "forward passes", rc, spy_calls);
+    evaluate_set_workers(1);
+    cancel_now = 0;
+    evaluate_set_cancel_flag(&cancel_now);
+    rc = evaluate_dataset(&m, &ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, &mt);
+    CHECK(rc == EVAL_OK && mt.n == N_EX, "evaluate_dataset with the cancel flag clear: %d, %ld examples", rc, mt.n);
+    metrics_free(&mt);
+    spy_calls = 0;
+    rc = predict_dataset(&m, &ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, probs, cancel_sink, NULL);
+    CHECK(rc == EVAL_CANCELLED && spy_calls == 1, "cancelled after the first batch: %d (EVAL_CANCELLED %d "
+          "expected), %d forward passes (1 expected)", rc, EVAL_CANCELLED, spy_calls);
+    spy_calls = 0;
+    rc = evaluate_dataset(&m, &ds, BATCH, MAX_LEN, TRUNC_HEAD, 0, &mt);
+    CHECK(rc == EVAL_CANCELLED && spy_calls == 0 && mt.confusion == NULL,
+          "cancelled before the first batch: %d, %d forward passes", rc, spy_calls);
+    evaluate_set_cancel_flag(NULL);
+    evaluate_set_workers(0);
+    printf("failures: no memory and cancellation returned, nothing used\n");
+    free(probs);
+    model_destroy(&m);
+    dataset_free(&ds);
+}
+
 int main(void) {
     for (int precision = FP32; precision < PRECISIONS; precision++) {
         char why[160] = "";
@@ -294,5 +349,6 @@ int main(void) {
     }
     test_workers_run_single_threaded_ops();
     test_token_cap();
+    test_failures_returned();
     return test_finish("test_evaluate");
 }
