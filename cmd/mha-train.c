@@ -6,6 +6,7 @@
 #include "model/config.h"
 #include "model/trainer.h"
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mha-train --config FILE [--set key=value ...] [--overwrite] [--max-steps N] [--quiet] [--profile]\n"
-            "       mha-train --resume OUTPUT_DIR/last.mha [--max-steps N] [--quiet] [--profile]\n"
+            "       mha-train --resume OUTPUT_DIR/last.mha [--set train.device=...] [--max-steps N] [--quiet] [--profile]\n"
             "\n"
             "Trains a Transformer text classifier described by a JSON config (sections data,\n"
             "model, train, output; see configs/demo.json). Writes OUTPUT_DIR/model.mha (best on\n"
@@ -26,7 +27,8 @@ static void usage(FILE *f) {
             "                     paths are relative to the working directory\n"
             "  --overwrite        start over in an output.dir that holds a run (else refused)\n"
             "  --resume FILE      continue a run from its last.mha, in the folder that holds it\n"
-            "                     (a run folder stands for its last.mha)\n"
+            "                     (a run folder stands for its last.mha); --set then takes only\n"
+            "                     train.device, train.threads and train.max_bad_steps\n"
             "  --max-steps N      stop after N updates in total, saving last.mha\n"
             "  --quiet            no resolved config and no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
@@ -72,6 +74,10 @@ static int unknown_option(const char *arg) {
 int main(int argc, char **argv) {
     mha_guard_std_fds();
     mha_cpu_prefer_passive_wait(argv);
+    /* `mha-train ... 2>&1 | tee log` with tee gone: writes fail (EPIPE) and training goes on to
+     * save; over `ulimit -f`: the write fails and is reported ("File too large") */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     const char *config_path = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0;
@@ -120,10 +126,15 @@ int main(int argc, char **argv) {
         free(sets);
         return usage_error("%s", "--overwrite starts a new run; --resume continues one: use one of them");
     }
-    if (opt.resume_path && (config_path || n_sets)) {
+    if (opt.resume_path && config_path) {
         free(sets);
         return usage_error("%s", "--resume continues with the config stored in the checkpoint; "
-                           "do not combine it with --config or --set");
+                           "do not combine it with --config (--set takes train.device, train.threads "
+                           "and train.max_bad_steps with --resume)");
+    }
+    if (opt.resume_path) {   /* onto the stored config, the keys that do not change the run's math */
+        opt.resume_sets = sets;
+        opt.n_resume_sets = n_sets;
     }
     char resume_in_dir[4200];
     struct stat st;
@@ -143,8 +154,8 @@ int main(int argc, char **argv) {
     config_defaults(&cfg);
     int rc = 0;
     if (config_path) rc = config_load(&cfg, config_path, sets, n_sets, &err);
-    free(sets);
     if (rc == 0) rc = train_run(&cfg, &opt, &err);
+    free(sets);
     errno = 0;
     if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout)))   /* e.g. a full disk: say so, exit 1 */
         rc = mha_fail(&err, MHA_EXIT_DATA, "cannot write the report to standard output (%s)", strerror(errno ? errno : EIO));

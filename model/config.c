@@ -120,7 +120,7 @@ static const KeyDesc KEYS[] = {
     {"train.seed", T_INT, FIELD(seed), 42, NULL, 0, 0, 0, NULL,
      "random seed (initialisation, shuffling, dropout)"},
     {"train.threads", T_INT, FIELD(threads), 0, NULL, CLOSED, 0, MHA_MAX_THREADS, NULL,
-     "CPU threads; 0 = all cores"},
+     "CPU threads; 0 = OMP_NUM_THREADS when set, else all cores"},
     {"train.lr", T_FLOAT, FIELD(lr), 5e-4, NULL, POSITIVE, 0, 0, NULL,
      "peak learning rate"},
     {"train.weight_decay", T_FLOAT, FIELD(weight_decay), 0.01, NULL, R_LO, 0, 0, NULL,
@@ -765,6 +765,33 @@ static int apply_text(Config *c, const char *text, size_t n, const char *base_di
     int rc = apply_json(c, root, text, n, base_dir, loc, key_lines, err);
     cJSON_Delete(root);
     return rc;
+}
+
+/* The keys --set may change on --resume: how the run is carried out, not what it computes
+ * (the model, the data and the optimisation stay as stored, so that the run goes on exactly). */
+static const char *const RESUME_KEYS[] = {"train.device", "train.threads", "train.max_bad_steps"};
+
+int config_apply_resume_sets(Config *c, const char *const *overrides, int n_overrides, MhaError *err) {
+    const int n_allowed = (int)(sizeof RESUME_KEYS / sizeof *RESUME_KEYS);
+    for (int o = 0; o < n_overrides; o++) {
+        const char *ov = overrides[o];
+        const char *eq = strchr(ov, '=');
+        if (!eq || eq == ov) return failf(err, NULL, "--set '%s': expected key=value", ov);
+        char key[160];
+        if ((size_t)(eq - ov) >= sizeof key) return unknown_key(err, "--set", "(too long)");
+        memcpy(key, ov, (size_t)(eq - ov));
+        key[eq - ov] = '\0';
+        int i = find_key(key);
+        if (i < 0) return unknown_key(err, "--set", key);
+        if (mha_name_index(key, RESUME_KEYS, n_allowed) < 0)
+            return failf(err, NULL, "--set %s with --resume: %s changes the model, the data or the "
+                         "optimisation, which a resumed run keeps as stored in its last.mha so that it goes "
+                         "on exactly (with --resume, --set takes only train.device, train.threads and "
+                         "train.max_bad_steps; to change %s, start a new run with --config)", key, key, key);
+        int rc = set_from_text(c, &KEYS[i], eq + 1, ".", "--set", err);
+        if (rc) return rc;
+    }
+    return config_validate(c, err);
 }
 
 int config_load(Config *c, const char *path, const char *const *overrides, int n_overrides,

@@ -64,6 +64,11 @@ void config_defaults(Config *c);
 int config_load(Config *c, const char *path, const char *const *overrides, int n_overrides,
                 MhaError *err);
 
+/* --set overrides given with --resume, onto the config stored in last.mha: only the keys that
+ * do not change what the run computes (train.device, train.threads, train.max_bad_steps);
+ * any other key is refused (MHA_EXIT_USAGE, naming it and why). Validates the result. */
+int config_apply_resume_sets(Config *c, const char *const *overrides, int n_overrides, MhaError *err);
+
 /* Parse a config from JSON text (as stored in a checkpoint); base_dir resolves paths. */
 int config_from_json(Config *c, const char *json, const char *base_dir, MhaError *err);
 

@@ -24,7 +24,7 @@ char *train_state_json(const Run *r) {
     cJSON_AddNumberToObject(o, "elapsed", r->seconds_trained);
     /* the log's size now: records after it (of a run killed before its next save) are dropped
      * on resume, which writes them again */
-    long log_bytes = r->metrics_log && !r->metrics_failed ? ftell(r->metrics_log) : -1;
+    long log_bytes = r->metrics_log && !r->metrics_torn ? r->metrics_good_bytes : -1;
     cJSON_AddNumberToObject(o, "metrics_bytes", (double)log_bytes);
     char fp[24];   /* a 64-bit number, as text: JSON numbers are doubles */
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->train_fingerprint);
@@ -182,7 +182,8 @@ static int complete_before_loading(const Checkpoint *resume, const Config *cfg, 
     return 0;
 }
 
-int resume_open(const char *path, long max_steps, Config *cfg, Checkpoint *resume, int *done, MhaError *err) {
+int resume_open(const char *path, long max_steps, const char *const *sets, int n_sets, Config *cfg,
+                Checkpoint *resume, int *done, MhaError *err) {
     int rc;
     *done = 0;
     if ((rc = checkpoint_load(path, resume, err))) return rc;
@@ -196,6 +197,10 @@ int resume_open(const char *path, long max_steps, Config *cfg, Checkpoint *resum
         snprintf(inner, sizeof inner, "%.1700s", err->msg);
         checkpoint_free(resume);
         return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
+    }
+    if ((rc = config_apply_resume_sets(cfg, sets, n_sets, err))) {   /* train.device and the like */
+        checkpoint_free(resume);
+        return rc;
     }
     if ((rc = checkpoint_check_layout(resume, cfg, path, err))) {
         checkpoint_free(resume);

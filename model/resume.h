@@ -12,10 +12,12 @@
 char *train_state_json(const Run *r);
 
 /* --resume: loads the checkpoint into *resume and the config it stores into cfg, and moves
- * the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
+ * applies the --set overrides a resume allows (config_apply_resume_sets: train.device and the
+ * like), and moves the run to the folder that holds last.mha. Returns 0 (*done set when the run is already
  * complete: said, nothing to do) or an exit code with err filled; *resume is freed on every
  * path that does not return 0 with *done clear. */
-int resume_open(const char *path, long max_steps, Config *cfg, Checkpoint *resume, int *done, MhaError *err);
+int resume_open(const char *path, long max_steps, const char *const *sets, int n_sets, Config *cfg,
+                Checkpoint *resume, int *done, MhaError *err);
 
 /* --resume: the parameters, AdamW moments and training state of the checkpoint into the
  * run (the model and optimizer exist, the data is read). Returns 0 (*done set when the run

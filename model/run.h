@@ -30,6 +30,8 @@ typedef struct {
     float *best_params;                   /* host copy of the best parameters */
     FILE *metrics_log;
     int metrics_failed;                   /* a write to metrics.jsonl failed (warned once) */
+    long metrics_good_bytes;              /* metrics.jsonl's size: whole records only */
+    int metrics_torn;                     /* a failed write could not be cut off: size unknown */
     int test_reported;                    /* the test report of the finished run was printed and logged */
     long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
     uint64_t train_fingerprint;           /* dataset_fingerprint of train, taken once */

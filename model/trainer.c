@@ -42,6 +42,8 @@ static double now_s(void) {
 }
 
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
+    int rc = run_dir_check(r->cfg->out_dir, err);
+    if (rc) return rc;
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", r->cfg->out_dir, name);
     size_t n = r->model.lay.total, bytes = n * sizeof(float);
@@ -51,7 +53,6 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
     ck.labels = r->labels;
     ck.n_params = n;
     float *params = NULL, *m = NULL, *v = NULL;
-    int rc = 0;
     if (!host_params) ck.params = params = malloc(bytes);
     else ck.params = (float *)host_params;
     if (with_state) {
@@ -64,6 +65,7 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
         goto done;
     }
     if (params) r->be->to_host(params, r->model.params, bytes);
+    if (with_state && r->metrics_log) fsync(fileno(r->metrics_log));   /* the size last.mha records is on disk */
     if (with_state) {
         r->be->to_host(m, r->adamw.m, bytes);
         r->be->to_host(v, r->adamw.v, bytes);
@@ -74,6 +76,8 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
         }
     }
     rc = checkpoint_save(path, &ck, err);
+    /* the folder moved during the save itself (the rename then fails): said as such */
+    if (rc) run_dir_check(r->cfg->out_dir, err);
 done:
     free(ck.config_json);
     free(ck.state_json);
@@ -89,20 +93,36 @@ static double metric_value(const Config *c, const Metrics *m) {
     return metrics_accuracy(m);
 }
 
+/* A record as one line of metrics.jsonl, written straight to the file (no stdio buffer that
+ * could hold half a line over to a later write). A failed or short write (a full disk) is
+ * cut back off (ftruncate to the last whole line), so the file holds whole lines only and
+ * its size stays known for last.mha; warned once, training goes on. */
 static void log_record(Run *r, cJSON *rec) {
     if (!r->metrics_log) { cJSON_Delete(rec); return; }
     char *s = cJSON_PrintUnformatted(rec);
-    errno = 0;
-    int bad = !s || fprintf(r->metrics_log, "%s\n", s) < 0;
-    if (fflush(r->metrics_log) != 0 || bad) {
-        if (!r->metrics_failed)
-            fprintf(stderr, "mha-train: warning: cannot write %s/metrics.jsonl (%s); training goes on, "
-                    "but records are being lost\n", r->cfg->out_dir, strerror(errno ? errno : EIO));
-        r->metrics_failed = 1;
-        clearerr(r->metrics_log);
+    cJSON_Delete(rec);
+    int fd = fileno(r->metrics_log), e = 0;
+    size_t len = s ? strlen(s) : 0, done = 0;
+    if (s) s[len++] = '\n';   /* over the terminating NUL: written by length */
+    else e = ENOMEM;
+    while (!e && done < len) {
+        ssize_t w = write(fd, s + done, len - done);
+        if (w > 0) done += (size_t)w;
+        else if (w < 0 && errno == EINTR) continue;
+        else e = w < 0 ? errno : ENOSPC;
     }
     free(s);
-    cJSON_Delete(rec);
+    if (!e) {
+        r->metrics_good_bytes += (long)len;
+        return;
+    }
+    if (done > 0 && (ftruncate(fd, (off_t)r->metrics_good_bytes) != 0 ||
+                     lseek(fd, (off_t)r->metrics_good_bytes, SEEK_SET) < 0))
+        r->metrics_torn = 1;   /* a partial line stays: its size is no longer known */
+    if (!r->metrics_failed)
+        fprintf(stderr, "mha-train: warning: cannot write %s/metrics.jsonl (%s); training goes on, "
+                "but records are being lost\n", r->cfg->out_dir, strerror(e));
+    r->metrics_failed = 1;
 }
 
 /* Resume: the records metrics.jsonl got after last.mha was saved (a run killed mid-epoch)
@@ -129,12 +149,25 @@ static void drop_unsaved_records(Run *r, const char *log_path) {
             records == 1 ? "" : "s");
 }
 
+/* The message of an evaluation that could not allocate its batches. */
+static int eval_no_memory(const Run *r, const char *what, MhaError *err) {
+    return mha_fail(err, MHA_EXIT_DATA, "out of memory evaluating on %s (batches of %d x %d tokens): nothing "
+                    "was evaluated; free memory, or lower train.batch_size or data.max_len, and continue with "
+                    "--resume %s/last.mha", what, r->cfg->batch_size, r->cfg->max_len, r->cfg->out_dir);
+}
+
 /* Dev evaluation during epoch `epoch` (1-based, as in the train records); keeps the best
- * parameters and writes model.mha when they improve. */
-static int evaluate_dev(Run *r, int epoch, int quiet, MhaError *err) {
+ * parameters and writes model.mha when they improve. With cancellable, an interrupt between
+ * two of its batches stops it with nothing recorded: *cancelled set, 0 returned. */
+static int evaluate_dev(Run *r, int epoch, int quiet, int cancellable, int *cancelled, MhaError *err) {
     Config *c = r->cfg;
     Metrics mt;
-    evaluate_dataset(&r->model, &r->dev, c->batch_size, c->max_len, r->truncate, r->add_cls, &mt);
+    *cancelled = 0;
+    evaluate_set_cancel_flag(cancellable ? &g_interrupted : NULL);
+    int erc = evaluate_dataset(&r->model, &r->dev, c->batch_size, c->max_len, r->truncate, r->add_cls, &mt);
+    evaluate_set_cancel_flag(NULL);
+    if (erc == EVAL_CANCELLED) { *cancelled = 1; return 0; }
+    if (erc != EVAL_OK) return eval_no_memory(r, c->dev, err);
     double value = metric_value(c, &mt);
     int improved = r->best_update < 0 || value > r->best_metric;
     if (improved) {
@@ -406,11 +439,12 @@ static int finish_update(Run *r, PendingUpdate *pu, Progress *pg, MhaError *err)
 }
 
 /* The test set on the best parameters: the report to stdout, a "test" record to metrics.jsonl. */
-static void report_test(Run *r) {
+static int report_test(Run *r, MhaError *err) {
     const Config *cfg = r->cfg;
     r->be->to_device(r->model.params, r->best_params, r->model.lay.total * sizeof(float));
     Metrics mt;
-    evaluate_dataset(&r->model, &r->test, cfg->batch_size, cfg->max_len, r->truncate, r->add_cls, &mt);
+    if (evaluate_dataset(&r->model, &r->test, cfg->batch_size, cfg->max_len, r->truncate, r->add_cls, &mt) != EVAL_OK)
+        return eval_no_memory(r, cfg->test, err);
     printf("test %s (%s):\n", cfg->test, r->has_dev ? "best model" : "final parameters, no dev set");
     metrics_print(&mt, r->labels.names, stdout);
     cJSON *rec = cJSON_CreateObject();
@@ -421,6 +455,7 @@ static void report_test(Run *r) {
     cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
     log_record(r, rec);
     metrics_free(&mt);
+    return 0;
 }
 
 /* Why the epochs end before the last one is trained, if they do. */
@@ -439,6 +474,7 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
     int rc;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);   /* the terminal or ssh session gone: saved as for Ctrl-C */
     Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
                    .start_update = r->update, .print_every = r->total_updates / 100 > 0 ? r->total_updates / 100 : 1};
     pg.t_window = pg.t_start;
@@ -452,7 +488,8 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
 
     while (r->epoch < cfg->epochs && *stop == KEEP_TRAINING) {
         batcher_start_epoch(bt, r->epoch, 1, r->batch_pos);
-        while (bt->pos < bt->n_batches && *stop == KEEP_TRAINING) {
+        /* (an interrupt during the previous epoch's evaluation or save: no update in this one) */
+        while (bt->pos < bt->n_batches && *stop == KEEP_TRAINING && !g_interrupted) {
             model_zero_grads(&r->model);
             adamw_begin(&r->adamw, &r->model);
             long examples = 0, tokens = 0;
@@ -479,7 +516,9 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
             if (r->has_dev && cfg->eval_every > 0 && r->update % cfg->eval_every == 0) {
                 if ((rc = finish_update(r, &pending, &pg, err))) return rc;
                 if (tty) fputc('\n', stderr);
-                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, err))) return rc;   /* during epoch r->epoch + 1 */
+                /* not cancellable: last.mha could not say that this update's evaluation is still due */
+                int cancelled;
+                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, 0, &cancelled, err))) return rc;   /* during epoch r->epoch + 1 */
                 if (check_patience(r)) *stop = STOP_EARLY;
             }
             /* early stopping on the update --max-steps ends at is still the end of the run */
@@ -488,18 +527,26 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
         }
         /* before an evaluation or a checkpoint: the last update's outcome (AdamW's step count) */
         if ((rc = finish_update(r, &pending, &pg, err))) return rc;
+        /* an interrupt that came meanwhile stops here, before the end-of-epoch evaluation: the
+         * saved position is then the end of the epoch (batch_pos = n_batches, the epoch not yet
+         * counted), and --resume starts with that evaluation */
+        if (g_interrupted && *stop == KEEP_TRAINING) *stop = STOP_PAUSED;
         if (*stop == STOP_PAUSED) break;
         if (bt->pos >= bt->n_batches) {  /* epoch finished */
-            r->epoch++;
-            r->batch_pos = 0;
-            if (tty) fputc('\n', stderr);
             /* per epoch; or, with eval_every, the end of the last epoch when its update was not
              * just evaluated, so that the final parameters compete for model.mha too */
             if (r->has_dev && (cfg->eval_every == 0 ||
-                               (r->epoch == cfg->epochs && r->update % cfg->eval_every != 0))) {
-                if ((rc = evaluate_dev(r, r->epoch, opt->quiet, err))) return rc;   /* the epoch just ended */
+                               (r->epoch + 1 == cfg->epochs && r->update % cfg->eval_every != 0))) {
+                if (tty) fputc('\n', stderr);
+                int cancelled;   /* an interrupt during it: stopped at the end of the epoch, as above */
+                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, 1, &cancelled, err))) return rc;   /* the epoch just ended */
+                if (cancelled) { *stop = STOP_PAUSED; break; }
                 if (check_patience(r)) *stop = STOP_EARLY;
+            } else if (tty) {
+                fputc('\n', stderr);
             }
+            r->epoch++;
+            r->batch_pos = 0;
         }
         r->seconds_trained += now_s() - pg.t_start;
         pg.t_start = now_s();
@@ -537,7 +584,8 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
         fprintf(stderr, "mha-train: note: %s/model.mha is missing (the best parameters are lost); the final "
                 "parameters, evaluated on dev, become the model\n", cfg->out_dir);
         r->test_reported = 0;   /* another model: its own report */
-        if ((rc = evaluate_dev(r, r->epoch, quiet, err)) ||
+        int cancelled;
+        if ((rc = evaluate_dev(r, r->epoch, quiet, 0, &cancelled, err)) ||
             (rc = save_checkpoint(r, "last.mha", 1, NULL, err)))
             return rc;
     }
@@ -555,7 +603,7 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
     if (!final)
         return mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r->model.lay.total);
     r->be->to_host(final, r->model.params, pbytes);
-    report_test(r);
+    if ((rc = report_test(r, err))) { free(final); return rc; }
     r->test_reported = 1;
     rc = save_checkpoint(r, "last.mha", 1, final, err);
     free(final);
@@ -599,6 +647,11 @@ static int open_metrics_log(Run *r, int resumed, MhaError *err) {
     if (!r->metrics_log)
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open for writing (%s)", log_path, strerror(errno));
     if (resumed) drop_unsaved_records(r, log_path);
+    /* log_record writes through the descriptor from the end of the file: the log's size */
+    int fd = fileno(r->metrics_log);
+    off_t end = lseek(fd, 0, SEEK_END);
+    r->metrics_good_bytes = end >= 0 ? (long)end : 0;
+    if (end < 0) r->metrics_torn = 1;
     return 0;
 }
 
@@ -614,7 +667,9 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     if (opt->resume_path) {
         int done;
-        if ((rc = resume_open(opt->resume_path, opt->max_steps, cfg, &resume, &done, err)) || done) return rc;
+        if ((rc = resume_open(opt->resume_path, opt->max_steps, opt->resume_sets, opt->n_resume_sets, cfg, &resume,
+                              &done, err)) || done)
+            return rc;
         have_resume = 1;
     }
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;

@@ -13,6 +13,8 @@ typedef struct {
     int quiet;                 /* no resolved config, model line or progress lines */
     int overwrite;             /* a new run may replace the run in output.dir */
     int profile;               /* time every op family and print a table at the end */
+    const char *const *resume_sets;   /* --set key=value with --resume (config_apply_resume_sets) */
+    int n_resume_sets;
 } TrainOptions;
 
 /* Runs training. Returns 0, MHA_EXIT_DATA (runtime/data error) or MHA_EXIT_USAGE with err
