@@ -299,6 +299,15 @@ static void print_data_stats(Run *r, Batcher *bt) {
     if (r->has_test) fprintf(stderr, "test %s: %d examples\n", c->test, r->test.n);
     fprintf(stderr, "batches: %d per epoch, padding %.1f%% of positions%s\n", bt->n_batches,
             100.0 * batcher_padding_fraction(bt), c->bucket ? " (length-bucketed)" : "");
+    /* how much the model never sees: examples with more tokens than fit in max_len */
+    const int64_t room = c->max_len - r->add_cls;
+    long cut = 0;
+    for (int i = 0; i < r->train.n; i++) cut += r->train.offsets[i + 1] - r->train.offsets[i] > room;
+    if (cut)
+        fprintf(stderr, "truncated: %ld of %d training examples (%.1f%%) have more than %lld tokens "
+                "(data.max_len%s; data.truncate %s keeps %s)\n", cut, r->train.n, 100.0 * cut / r->train.n,
+                (long long)room, r->add_cls ? " less [CLS]" : "", c->truncate,
+                r->truncate == TRUNC_HEAD ? "their first tokens" : "their first and last tokens");
 }
 
 static void free_run(Run *r, int own_vocab) {

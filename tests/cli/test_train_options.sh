@@ -120,6 +120,10 @@ awk -v r="$(pad random)" -v b="$(pad base)" 'BEGIN{exit !(r > 3 * b && r > 10)}'
 run_k head --set data.max_len=8
 run_k headtail --set data.max_len=8 --set data.truncate=head_tail
 [ "$(losses_of head)" != "$(losses_of headtail)" ] || fail "data.truncate=head_tail: the same losses as head"
+# the share of training examples that max_len cuts is said (none at the config's max_len)
+grep -Eq "^truncated: [1-9][0-9]* of [0-9]+ training examples \([0-9.]+%\) have more than 8 tokens \(data.max_len; data.truncate head_tail keeps their first and last tokens\)$" "$TMP/k-headtail.err" \
+  || fail "data.max_len=8: no 'truncated:' line: $(grep -i trunc "$TMP/k-headtail.err")"
+! grep -q "^truncated:" "$TMP/k-base.err" || fail "a 'truncated:' line at the config's max_len: $(grep "^truncated" "$TMP/k-base.err")"
 # the schedule: cosine decay to 0.2 of train.lr after a warmup of lround(0.1 x 41) = 4 updates
 run_k cosine --set train.decay=cosine --set train.min_lr_ratio=0.2 --set train.lr=0.002
 records "$TMP/k-cosine" train | awk -F'"lr":' '{ split($2, a, ","); u = NR - 1; W = 4; T = 41; lr = 0.002
