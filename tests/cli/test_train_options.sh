@@ -120,6 +120,17 @@ awk -v r="$(pad random)" -v b="$(pad base)" 'BEGIN{exit !(r > 3 * b && r > 10)}'
 run_k head --set data.max_len=8
 run_k headtail --set data.max_len=8 --set data.truncate=head_tail
 [ "$(losses_of head)" != "$(losses_of headtail)" ] || fail "data.truncate=head_tail: the same losses as head"
+# mha-predict --eval truncates as training did (head_tail): the trainer's test record again
+for t in head headtail; do
+  want="$(records "$TMP/k-$t" test | field accuracy) $(records "$TMP/k-$t" test | field loss)"
+  "$PREDICT" --model "$TMP/k-$t/model.mha" --eval data/sample/test.tsv --json >"$TMP/k-$t.eval"
+  got="$(field accuracy <"$TMP/k-$t.eval") $(field loss <"$TMP/k-$t.eval")"
+  [ "$want" != " " ] && [ "$got" = "$want" ] || fail "data.truncate ($t): mha-predict --eval gives accuracy, loss '$got', the run's test record '$want'"
+done
+# grad_accum through the trainer: 654 examples in batches of 8 are 82 batches, 28 updates of 3
+run_k accum --set train.batch_size=8 --set train.grad_accum=3
+[ "$(records "$TMP/k-accum" train | wc -l)" = 28 ] && grep -q '^training done: 28 updates' "$TMP/k-accum.err" \
+  || fail "train.grad_accum=3 with 82 batches: $(records "$TMP/k-accum" train | wc -l) updates, expected 28"
 # the share of training examples that max_len cuts is said (none at the config's max_len)
 grep -Eq "^truncated: [1-9][0-9]* of [0-9]+ training examples \([0-9.]+%\) have more than 8 tokens \(data.max_len; data.truncate head_tail keeps their first and last tokens\)$" "$TMP/k-headtail.err" \
   || fail "data.max_len=8: no 'truncated:' line: $(grep -i trunc "$TMP/k-headtail.err")"

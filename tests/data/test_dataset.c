@@ -542,6 +542,28 @@ static void test_unicode_blanks(void) {
     if (!rc) dataset_free(&d), vocab_free(v), labelmap_free(&lm);
 }
 
+/* The training set's fingerprint (what --resume compares): the same for the same file, another
+ * when only one label changed (same length, same tokens). */
+static void test_fingerprint(void) {
+    ReadOptions o = opts(FORMAT_TSV);
+    const char *files[3] = {PUT("fp1.tsv", "a\tx y\nb\tz\na\tw\n"), PUT("fp2.tsv", "a\tx y\nb\tz\na\tw\n"),
+                            PUT("fp3.tsv", "a\tx y\nb\tz\nb\tw\n")};
+    uint64_t fp[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        Vocab *v = NULL;
+        LabelMap lm = {0, NULL};
+        Dataset d;
+        MhaError err = {0, ""};
+        int rc = dataset_load_train(files[i], &o, 1, 0, &v, &lm, &d, &err);
+        CHECK(rc == 0, "%s: %s", files[i], err.msg);
+        if (rc) continue;
+        fp[i] = dataset_fingerprint(&d);
+        dataset_free(&d), vocab_free(v), labelmap_free(&lm);
+    }
+    CHECK(fp[0] == fp[1], "the same data, another fingerprint");
+    CHECK(fp[0] != fp[2], "one label changed, the same fingerprint");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/mha-test-data-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -555,6 +577,7 @@ int main(void) {
     test_surprises();
     test_long_lines();
     test_unicode_blanks();
+    test_fingerprint();
     for (int i = 0; i < g_n_paths; i++) unlink(g_paths[i]);
     rmdir(g_dir);
     return test_finish("test_dataset");

@@ -68,6 +68,15 @@ static void test_values(void) {
     CHECK(strstr(text, "\nc                -       -       -        0\n") &&
               strstr(text, "(-: 1 class neither in the labels nor predicted, left out of macro-F1, which averages "
                            "the other 2)"), "the unseen class in the report:\n%s", text);
+    /* the matrix's rows are the truth: a -> a once; b -> a once, b -> b once */
+    const char *cm = strstr(text, "confusion matrix (rows: true, columns: predicted)");
+    const char *ra = cm ? strstr(cm, "\n0 a") : NULL, *rb = cm ? strstr(cm, "\n1 b") : NULL;
+    long a[3] = {-1, -1, -1}, b[3] = {-1, -1, -1};
+    CHECK(ra && rb && sscanf(ra + 4, "%ld %ld %ld", &a[0], &a[1], &a[2]) == 3 &&
+              sscanf(rb + 4, "%ld %ld %ld", &b[0], &b[1], &b[2]) == 3 && a[0] == 1 && a[1] == 0 && a[2] == 0 &&
+              b[0] == 1 && b[1] == 1 && b[2] == 0,
+          "confusion rows: a %ld %ld %ld (expected 1 0 0), b %ld %ld %ld (expected 1 1 0):\n%s", a[0], a[1], a[2],
+          b[0], b[1], b[2], text);
     free(text);
     char *js3 = metrics_to_json(&m, names3);
     CHECK(strstr(js3, "\"label\":\"c\",\"precision\":0,\"recall\":0,\"f1\":0,\"support\":0,\"in_macro_f1\":false") &&

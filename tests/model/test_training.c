@@ -430,6 +430,8 @@ static void test_schedule(void) {
     c.warmup = 0.1f;
     snprintf(c.decay, sizeof c.decay, "linear");
     CHECK(schedule_warmup(0.1f, 100) == 10, "warmup fraction");
+    CHECK(schedule_warmup(0.1f, 125) == 13 && schedule_warmup(0.1f, 124) == 12, "warmup fraction rounded: %ld %ld",
+          schedule_warmup(0.1f, 125), schedule_warmup(0.1f, 124));
     CHECK(schedule_warmup(7.0f, 100) == 7, "warmup count");
     CHECK(fabsf(schedule_lr(&c, 0, 100) - 0.1f) < 1e-6f, "first warmup step %g", schedule_lr(&c, 0, 100));
     CHECK(fabsf(schedule_lr(&c, 9, 100) - 1.0f) < 1e-6f, "end of warmup");
@@ -470,7 +472,48 @@ static void test_decay_reach(void) {
         }
 }
 
+/* params_init as PyTorch's nn.Linear: a linear layer's weight and bias within
+ * 1/sqrt(fan_in) of 0 (fan_in: the weight's columns) and reaching most of it; LayerNorm 1 / 0;
+ * embeddings N(0, 1). */
+static void test_init_bounds(void) {
+    Config c;
+    small_config(&c, "fused");
+    ModelDims d;
+    model_dims_from_config(&d, &c, 60, 3);
+    ParamLayout lay;
+    param_layout_build(&lay, &d, 0, 0);
+    float *w = test_malloc(lay.total * sizeof *w);
+    params_init(w, &lay, 7);
+    for (int k = 0; k < lay.n; k++) {
+        const ParamInfo *p = &lay.t[k];
+        double mx = 0, sum2 = 0;
+        int ones = 1;
+        for (size_t i = 0; i < p->numel; i++) {
+            double x = w[p->offset + i];
+            mx = fabs(x) > mx ? fabs(x) : mx;
+            sum2 += x * x;
+            ones &= x == 1.0;
+        }
+        if (p->kind == PARAM_KIND_EMBEDDING) {
+            double sd = sqrt(sum2 / (double)p->numel);
+            CHECK(sd > 0.9 && sd < 1.1, "%s: standard deviation %g, expected about 1", p->name, sd);
+        } else if (p->kind == PARAM_KIND_NORM) {
+            CHECK(ones, "%s: LayerNorm gains not all 1", p->name);
+        } else if (strstr(p->name, "ln")) {
+            CHECK(mx == 0, "%s: LayerNorm bias not 0 (%g)", p->name, mx);
+        } else {
+            int fan_in = p->kind == PARAM_KIND_WEIGHT ? p->cols : lay.t[k - 1].cols;
+            double bound = 1.0 / sqrt((double)fan_in);
+            CHECK(mx <= bound && mx > 0.5 * bound, "%s: max |x| %g, expected within (%g, %g]", p->name, mx,
+                  0.5 * bound, bound);
+        }
+    }
+    free(w);
+    param_layout_free(&lay);
+}
+
 int main(void) {
+    test_init_bounds();
     test_decay_reach();
     test_schedule();
     test_grad_accum();
