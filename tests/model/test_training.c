@@ -280,6 +280,65 @@ static void test_paths_agree_with_dropout(void) {
     printf("math vs fused attention with dropout: losses %.6f .. %.6f agree\n", losses[0][0], losses[0][4]);
 }
 
+/* The whole model's gradient with dropout on (every site: embeddings, attention probabilities,
+ * projections, feed-forward) against central differences of its loss, the dropout masks fixed
+ * by the seed: the backward must apply each site's own mask. Post- and pre-LN, GELU (smooth);
+ * per tensor, the element with the largest gradient. */
+static void test_gradient_with_dropout(void) {
+    const int B = 4, T = 8, V = 40, K = 3;
+    int32_t ids[4 * 8], len[4], lab[4];
+    random_batch(B, T, V, K, 21, ids, len, lab);
+    for (int pre = 0; pre < 2; pre++) {
+        Config c;
+        small_config(&c, "fused");
+        c.dropout = 0.3f;
+        c.attn_dropout = 0.3f;
+        snprintf(c.norm, sizeof c.norm, "%s", pre ? "pre" : "post");
+        snprintf(c.activation, sizeof c.activation, "gelu");
+        ModelDims d;
+        model_dims_from_config(&d, &c, V, K);
+        Model m;
+        MhaError err;
+        CHECK(model_create(&m, &d, mha_cpu_backend(1), B, T, 0, 0, &err) == 0, "%s", err.msg);
+        model_init_params(&m, 3);
+        const uint64_t seed = 77;
+        model_zero_grads(&m);
+        model_forward(&m, ids, len, lab, B, T, 1, seed);
+        model_backward(&m, 1.0f, seed);
+        float *g = host_grads(&m);
+        float *w = m.params;   /* the CPU backend's memory is the host's */
+        int bad = 0, checked = 0;
+        for (int k = 0; k < m.lay.n; k++) {
+            const ParamInfo *p = &m.lay.t[k];
+            size_t at = p->offset;
+            for (size_t i = p->offset; i < p->offset + p->numel; i++)
+                if (fabsf(g[i]) > fabsf(g[at])) at = i;
+            if (fabsf(g[at]) < 1e-3f) continue;   /* nothing to measure against */
+            const float h = 1e-2f, w0 = w[at];
+            w[at] = w0 + h;
+            model_forward(&m, ids, len, lab, B, T, 1, seed);
+            double up = model_loss_sum(&m);
+            w[at] = w0 - h;
+            model_forward(&m, ids, len, lab, B, T, 1, seed);
+            double down = model_loss_sum(&m);
+            w[at] = w0;
+            double fd = (up - down) / (2.0 * h), rel = fabs(fd - g[at]) / fabs(fd);
+            checked++;
+            if (rel > 2e-2) {
+                bad++;
+                fprintf(stderr, "%s-LN %s[%zu]: backward %.6g, central difference %.6g (rel %.2g)\n",
+                        pre ? "pre" : "post", p->name, at - p->offset, g[at], fd, rel);
+            }
+        }
+        CHECK(bad == 0 && checked >= 10, "%s-LN with dropout: %d of %d gradients off", pre ? "pre" : "post", bad,
+              checked);
+        printf("%s-LN, dropout 0.3 everywhere: %d tensors' largest gradients match central differences\n",
+               pre ? "pre" : "post", checked);
+        free(g);
+        model_destroy(&m);
+    }
+}
+
 /* The fused linear layers (Backend.linear_forward_post: bias, activation, dropout and residual
  * applied right after each product) train bit for bit as the separate ops, dropout on, for
  * post- and pre-LN and both activations: the same losses over 3 updates and first gradients. */
@@ -519,6 +578,7 @@ int main(void) {
     test_grad_accum();
     test_grad_accum_vs_torch();
     test_paths_agree_with_dropout();
+    test_gradient_with_dropout();
     test_skipped_update_pipelined();
     test_fused_linear_trains_as_separate();
     test_overfit();
