@@ -131,6 +131,12 @@ done
 run_k accum --set train.batch_size=8 --set train.grad_accum=3
 [ "$(records "$TMP/k-accum" train | wc -l)" = 28 ] && grep -q '^training done: 28 updates' "$TMP/k-accum.err" \
   || fail "train.grad_accum=3 with 82 batches: $(records "$TMP/k-accum" train | wc -l) updates, expected 28"
+# train.metric=loss: a dev evaluation is the best when its loss is the lowest so far (and only then)
+run_k lossmetric --set train.metric=loss --set train.eval_every=5
+records "$TMP/k-lossmetric" dev | awk -F'"loss":' '{ split($2, a, ","); l = a[1] + 0; best = $0 ~ /"best":true/
+    if (best != (NR == 1 || l < low)) { printf "dev record %d: loss %s, lowest before %s, best %d\n", NR, a[1], low, best; bad = 1 }
+    if (NR == 1 || l < low) low = l } END { exit bad || NR < 8 }' \
+  || fail "train.metric=loss: the best dev record is not the one with the lowest loss"
 # the share of training examples that max_len cuts is said (none at the config's max_len)
 grep -Eq "^truncated: [1-9][0-9]* of [0-9]+ training examples \([0-9.]+%\) have more than 8 tokens \(data.max_len; data.truncate head_tail keeps their first and last tokens\)$" "$TMP/k-headtail.err" \
   || fail "data.max_len=8: no 'truncated:' line: $(grep -i trunc "$TMP/k-headtail.err")"
