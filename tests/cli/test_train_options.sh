@@ -137,6 +137,17 @@ records "$TMP/k-lossmetric" dev | awk -F'"loss":' '{ split($2, a, ","); l = a[1]
     if (best != (NR == 1 || l < low)) { printf "dev record %d: loss %s, lowest before %s, best %d\n", NR, a[1], low, best; bad = 1 }
     if (NR == 1 || l < low) low = l } END { exit bad || NR < 8 }' \
   || fail "train.metric=loss: the best dev record is not the one with the lowest loss"
+# a short last batch is averaged over its own examples: 17 examples in batches of 16 leave one
+# alone, whose gradient norm (dropout 0, lr 1e-12: the weights stay put) must be that of the
+# same example in a run of batches of 1 (before a fix it could have been 1/16 of it)
+head -17 data/sample/train.tsv >"$TMP/seventeen.tsv"
+for bs in 16 1; do
+  run_k "bs$bs" --set data.train="$TMP/seventeen.tsv" --set train.batch_size=$bs --set data.bucket=false \
+    --set model.dropout=0 --set train.lr=1e-12
+done
+last=$(records "$TMP/k-bs16" train | tail -1 | field grad_norm)
+records "$TMP/k-bs1" train | field grad_norm | awk -v g="$last" '{ d = ($1 - g) / $1; if (d < 0) d = -d; if (d < 1e-6) hit = 1 }
+    END { exit !(hit && NR == 17) }' || fail "the last batch of 1 has grad_norm $last, no single example's: $(records "$TMP/k-bs1" train | field grad_norm | tr '\n' ' ')"
 # the share of training examples that max_len cuts is said (none at the config's max_len)
 grep -Eq "^truncated: [1-9][0-9]* of [0-9]+ training examples \([0-9.]+%\) have more than 8 tokens \(data.max_len; data.truncate head_tail keeps their first and last tokens\)$" "$TMP/k-headtail.err" \
   || fail "data.max_len=8: no 'truncated:' line: $(grep -i trunc "$TMP/k-headtail.err")"
