@@ -767,6 +767,20 @@ static int apply_text(Config *c, const char *text, size_t n, const char *base_di
     return rc;
 }
 
+/* One --set KEY=VALUE: *key_index into KEYS and *value (after the '='), or an error. */
+static int parse_override(const char *ov, int *key_index, const char **value, MhaError *err) {
+    const char *eq = strchr(ov, '=');
+    if (!eq || eq == ov) return failf(err, NULL, "--set '%s': expected key=value", ov);
+    char key[160];
+    if ((size_t)(eq - ov) >= sizeof key) return unknown_key(err, "--set", "(too long)");
+    memcpy(key, ov, (size_t)(eq - ov));
+    key[eq - ov] = '\0';
+    *key_index = find_key(key);
+    if (*key_index < 0) return unknown_key(err, "--set", key);
+    *value = eq + 1;
+    return 0;
+}
+
 /* The keys --set may change on --resume: how the run is carried out, not what it computes
  * (the model, the data and the optimisation stay as stored, so that the run goes on exactly). */
 static const char *const RESUME_KEYS[] = {"train.device", "train.threads", "train.max_bad_steps"};
@@ -775,20 +789,17 @@ int config_apply_resume_sets(Config *c, const char *const *overrides, int n_over
     const int n_allowed = (int)(sizeof RESUME_KEYS / sizeof *RESUME_KEYS);
     for (int o = 0; o < n_overrides; o++) {
         const char *ov = overrides[o];
-        const char *eq = strchr(ov, '=');
-        if (!eq || eq == ov) return failf(err, NULL, "--set '%s': expected key=value", ov);
-        char key[160];
-        if ((size_t)(eq - ov) >= sizeof key) return unknown_key(err, "--set", "(too long)");
-        memcpy(key, ov, (size_t)(eq - ov));
-        key[eq - ov] = '\0';
-        int i = find_key(key);
-        if (i < 0) return unknown_key(err, "--set", key);
+        int i = -1;
+        const char *value = NULL;
+        int prc = parse_override(ov, &i, &value, err);
+        if (prc) return prc;
+        const char *key = KEYS[i].name;
         if (mha_name_index(key, RESUME_KEYS, n_allowed) < 0)
             return failf(err, NULL, "--set %s with --resume: %s changes the model, the data or the "
                          "optimisation, which a resumed run keeps as stored in its last.mha so that it goes "
                          "on exactly (with --resume, --set takes only train.device, train.threads and "
                          "train.max_bad_steps; to change %s, start a new run with --config)", key, key, key);
-        int rc = set_from_text(c, &KEYS[i], eq + 1, ".", "--set", err);
+        int rc = set_from_text(c, &KEYS[i], value, ".", "--set", err);
         if (rc) return rc;
     }
     return config_validate(c, err);
@@ -814,15 +825,11 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     unsigned char from_set[NKEYS] = {0};
     for (int o = 0; o < n_overrides; o++) {
         const char *ov = overrides[o];
-        const char *eq = strchr(ov, '=');
-        if (!eq || eq == ov) return failf(err, NULL, "--set '%s': expected key=value", ov);
-        char key[160];
-        if ((size_t)(eq - ov) >= sizeof key) return unknown_key(err, "--set", "(too long)");
-        memcpy(key, ov, (size_t)(eq - ov));
-        key[eq - ov] = '\0';
-        int i = find_key(key);
-        if (i < 0) return unknown_key(err, "--set", key);
-        rc = set_from_text(c, &KEYS[i], eq + 1, cwd, "--set", err);
+        int i = -1;
+        const char *value = NULL;
+        int prc = parse_override(ov, &i, &value, err);
+        if (prc) return prc;
+        rc = set_from_text(c, &KEYS[i], value, cwd, "--set", err);
         if (rc) return rc;
         from_set[i] = 1;
     }
