@@ -339,8 +339,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     long len;
     MhaError e;
     /* data.max_line_bytes bounds a line's text, as in training; the raw line may be longer
-     * by its label and JSON's escapes (a \uXXXX of a CJK character is 6 bytes for 3) */
-    const size_t text_max = (size_t)p->ro.max_line_bytes, line_max = 2 * text_max + 4096;
+     * by its label and JSON's escapes (\uXXXX: 6 bytes for a 2- or 3-byte character, 12 for
+     * a 4-byte one): 3 x the text and 64 KiB for the rest. A line cut at that bound (its text
+     * far over the limit) is read as its format allows: JSON then fails to parse (counted). */
+    const size_t text_max = (size_t)p->ro.max_line_bytes, line_max = 3 * text_max + 65536;
     while ((len = line_reader_next(lr, line_max, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;

@@ -168,6 +168,12 @@ static int parse_fields(char *line, int format, char **label, char **text, MhaEr
             return mha_fail(err, MHA_EXIT_DATA,
                             "empty label after __label__ (expected '__label__LABEL text')");
         if (*p) *p++ = '\0';
+        if (label) {   /* Unicode blanks around it too, as in TSV and JSON labels */
+            l = utf8_trim_blank(l);
+            if (!*l)
+                return mha_fail(err, MHA_EXIT_DATA,
+                                "empty label after __label__ (expected '__label__LABEL text')");
+        }
         for (;;) {   /* further labels: the first one counts */
             while (is_line_space(*p)) p++;
             if (strncmp(p, "__label__", 9) != 0) break;

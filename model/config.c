@@ -79,7 +79,7 @@ static const KeyDesc KEYS[] = {
      "case-fold text before tokenising"},
     {"data.replace_invalid", T_BOOL, FIELD(replace_invalid), 0, NULL, 0, 0, 0, NULL,
      "replace invalid UTF-8 with U+FFFD instead of failing"},
-    {"data.max_line_bytes", T_INT, FIELD(max_line_bytes), 1048576, NULL, CLOSED, 16, 1 << 27,
+    {"data.max_line_bytes", T_INT, FIELD(max_line_bytes), 1048576, NULL, CLOSED, 16, 1 << 30,
      NULL, "a line's text longer than this is cut at a character boundary (and counted)"},
     {"data.bucket", T_BOOL, FIELD(bucket), 1, NULL, 0, 0, 0, NULL,
      "group examples of similar length into batches"},

@@ -243,7 +243,8 @@ int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet
     snprintf(now, sizeof now, "%016llx", (unsigned long long)r->train_fingerprint);
     if (s.has_fingerprint && strcmp(s.train_fingerprint, now) != 0)
         return mha_fail(err, MHA_EXIT_DATA, "%s: the training data changed since this run started (%s: %d "
-                        "examples now, %.0f then): --resume goes on only with the examples the run started on; "
+                        "examples now, %.0f then; or this mha reads some lines differently from the one that started "
+                        "the run): --resume goes on only with the examples the run started on; "
                         "restore the file, or start a new run (--config ... --overwrite)", path, cfg->train,
                         r->train.n, s.train_examples);
     /* normally said before loading the data (complete_before_loading); a run killed before

@@ -151,9 +151,13 @@ static void drop_unsaved_records(Run *r, const char *log_path) {
 
 /* The message of an evaluation that could not allocate its batches. */
 static int eval_no_memory(const Run *r, const char *what, MhaError *err) {
+    char last[4200];
+    snprintf(last, sizeof last, "%s/last.mha", r->cfg->out_dir);
+    const int saved = access(last, F_OK) == 0;   /* none yet in the first epoch */
     return mha_fail(err, MHA_EXIT_DATA, "out of memory evaluating on %s (batches of %d x %d tokens): nothing "
-                    "was evaluated; free memory, or lower train.batch_size or data.max_len, and continue with "
-                    "--resume %s/last.mha", what, r->cfg->batch_size, r->cfg->max_len, r->cfg->out_dir);
+                    "was evaluated; free memory, or lower train.batch_size or data.max_len, and %s%s",
+                    what, r->cfg->batch_size, r->cfg->max_len, saved ? "continue with --resume " : "start again",
+                    saved ? last : "");
 }
 
 /* Dev evaluation during epoch `epoch` (1-based, as in the train records); keeps the best
@@ -481,9 +485,13 @@ typedef enum {
 static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason *stop, MhaError *err) {
     const Config *cfg = r->cfg;
     int rc;
+    /* Ctrl-C and SIGTERM save and stop (also in a script's background job, where the shell
+     * ignores SIGINT for it); SIGHUP (the terminal or ssh session gone) too, unless the run was
+     * started with it ignored (nohup, trap '' HUP): then it stays ignored */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);   /* the terminal or ssh session gone: saved as for Ctrl-C */
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN) signal(SIGHUP, on_signal);
     Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
                    .start_update = r->update, .print_every = r->total_updates / 100 > 0 ? r->total_updates / 100 : 1};
     pg.t_window = pg.t_start;

@@ -165,7 +165,7 @@ cp data/sample/train.tsv "$TMP/chg.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/chg.tsv" --set output.dir="$TMP/chg" --max-steps 5 --quiet \
   >/dev/null 2>&1 || fail "run on a copy of the training file failed"
 head -300 data/sample/train.tsv >"$TMP/chg.tsv"
-expect_exit 1 "$TMP/chg/last.mha: the training data changed since this run started \($TMP/chg.tsv: 300 examples now, 654 then\)" \
+expect_exit 1 "$TMP/chg/last.mha: the training data changed since this run started \($TMP/chg.tsv: 300 examples now, 654 then; or this mha reads some lines differently from the one that started the run\)" \
   "$TRAIN" --resume "$TMP/chg"
 { cat data/sample/train.tsv; printf '财经\t股市今天大涨\n'; } >"$TMP/chg.tsv"
 expect_exit 1 "chg.tsv:655: label '财经' does not occur in the training set .*; the classes of a run are fixed when it starts: has $TMP/chg.tsv changed since\?" \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/cli/test_signals.sh: how mha-train and mha-predict meet the signals and limits of the
 # world around them, and output folders that change under a running run.
-#  - SIGHUP (the ssh session gone) saves last.mha and exits 130, as SIGINT does;
+#  - SIGHUP (the ssh session gone) saves last.mha and exits 130, as SIGINT does; under nohup
+#    (SIGHUP ignored at the start) it stays ignored;
 #  - stderr a pipe whose reader is gone (`mha-train 2>&1 | tee log`, tee killed): the writes
-#    fail (EPIPE) and the run goes on to the end, exit 0 (before: killed by SIGPIPE, no save);
+#    fail (EPIPE) and the run goes on to the end and saves (before: killed by SIGPIPE, no save);
 #  - over `ulimit -f`: "cannot write checkpoint (File too large)" and exit 1, and mha-predict's
 #    "cannot write predictions ... (File too large)" (before: killed by SIGXFSZ, no message);
 #  - an interrupt during the end-of-epoch dev evaluation stops at once (before: the evaluation
@@ -31,6 +32,15 @@ rc=0; wait $pid || rc=$?
 [ "$rc" = 130 ] || fail "SIGHUP: exit $rc, expected 130 (saved, as after Ctrl-C): $(tail -3 "$TMP/h.err")"
 grep -q "interrupted at update [0-9]*: saved .*last.mha" "$TMP/h.err" || fail "SIGHUP: no save said: $(tail -3 "$TMP/h.err")"
 "$TRAIN" --resume "$TMP/h" --max-steps 60 --quiet >/dev/null 2>"$TMP/h2.err" || fail "SIGHUP: --resume failed: $(tail -3 "$TMP/h2.err")"
+# ... but a run started with SIGHUP ignored (nohup, trap '' HUP) keeps it ignored and trains on
+tiny_config "$TMP/nh.json" "$TMP/nh" 5000
+(trap '' HUP; exec "$TRAIN" --config "$TMP/nh.json" --max-steps 150 --quiet >/dev/null 2>"$TMP/nh.err") &
+pid=$!
+wait_for "$TMP/nh/metrics.jsonl" '"update":3,' || fail "nohup: the run did not start: $(tail -3 "$TMP/nh.err")"
+kill -HUP $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 0 ] && grep -q '"update":150,' "$TMP/nh/metrics.jsonl" \
+  || fail "started under nohup, a SIGHUP stopped the run: exit $rc: $(tail -2 "$TMP/nh.err")"
 
 # SIGPIPE: stderr into a FIFO whose reader has gone
 tiny_config "$TMP/p.json" "$TMP/p" 1

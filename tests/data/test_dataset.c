@@ -540,6 +540,13 @@ static void test_unicode_blanks(void) {
     CHECK(rc == 0 && lm.n == 2 && d.n == 2 && d.n_no_text == 1, "JSON Lines: labels trimmed of U+3000, "
           "blank text: rc %d labels %d n %d no text %ld (%s)", rc, lm.n, d.n, d.n_no_text, err.msg);
     if (!rc) dataset_free(&d), vocab_free(v), labelmap_free(&lm);
+    p = PUT("blanks.ft", "__label__a\xE3\x80\x80 x\n__label__a y\n__label__b z\n");
+    v = NULL;
+    rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0 && lm.n == 2, "fastText: a label trimmed of U+3000: rc %d labels %d (%s)", rc, lm.n, err.msg);
+    if (!rc) dataset_free(&d), vocab_free(v), labelmap_free(&lm);
+    p = PUT("blank-label.ft", "__label__a x\n__label__\xE2\x80\x8B y\n");
+    CHECK(train_fails(p, o, msg("%s:2: empty label after __label__", p), 1), "fastText: a label of only ZWSP");
 }
 
 /* The training set's fingerprint (what --resume compares): the same for the same file, another
