@@ -106,18 +106,6 @@ __device__ __forceinline__ void fa_rowmm(float (&acc)[RM][D / 16], const float *
     }
 }
 
-__device__ __forceinline__ float fa_half_max(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float fa_half_sum(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* ------------------------------------------------------------------ forward */
 
 template <int D, int BQ, int BK>
@@ -189,7 +177,7 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
                 s[r][c] = ok ? s[r][c] * a.scale : -INFINITY;
                 mx = fmaxf(mx, s[r][c]);
             }
-            mx = fa_half_max(mx);
+            mx = warp_max<16>(mx);   /* the row's half-warp */
             const float mnew = fmaxf(m[r], mx);
             float alpha = 1.0f, sum = 0.0f;
             if (mnew != -INFINITY) {
@@ -204,7 +192,7 @@ fa_forward_kernel(float *__restrict__ out, float *__restrict__ lse, const float 
 #pragma unroll
                 for (int c = 0; c < CN; c++) s[r][c] = 0.0f;
             }
-            sum = fa_half_sum(sum);
+            sum = warp_sum<16>(sum);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
 #pragma unroll

@@ -5,7 +5,7 @@
  *  - LAUNCH_CHECK(): after every kernel launch. With MHA_CUDA_SYNC=1 in the environment it
  *    also synchronises, so an asynchronous fault is reported at the kernel that caused it.
  *  - the cuBLAS handle, a growable scratch allocator, the launch-size helpers, and the
- *    whole-warp reductions warp_max / warp_sum.
+ *    warp reductions warp_max / warp_sum (whole warp, or groups of lanes).
  *  - the declarations of the ops each file defines (C++ linkage, prefix mha_cu_).
  *
  * Everything runs on the legacy default stream, in issue order: the ops are stream-ordered,
@@ -114,16 +114,19 @@ static inline unsigned int mha_cu_blocks(size_t n, unsigned int threads, unsigne
     return (unsigned int)b;
 }
 
-/* ---- whole-warp reductions: every lane of the warp must call them; all get the result ---- */
+/* ---- warp reductions over groups of LANES lanes (32: the whole warp; 16: each half): every
+ * lane of the warp must call them; each lane gets its group's result ---- */
+template <int LANES = 32>
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = LANES / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
+template <int LANES = 32>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
