@@ -42,8 +42,7 @@ static double now_s(void) {
 }
 
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
-    int rc = run_dir_check(r->cfg->out_dir, err);
-    if (rc) return rc;
+    int rc = 0;
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", r->cfg->out_dir, name);
     size_t n = r->model.lay.total, bytes = n * sizeof(float);
@@ -75,6 +74,9 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
             goto done;
         }
     }
+    /* checked right before the file is created, after the copies and the fsync (slow): a
+     * folder moved during those would otherwise get this checkpoint */
+    if ((rc = run_dir_check(r->cfg->out_dir, err))) goto done;
     rc = checkpoint_save(path, &ck, err);
     /* the folder moved during the save itself (the rename then fails): said as such */
     if (rc) run_dir_check(r->cfg->out_dir, err);
