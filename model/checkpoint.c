@@ -88,7 +88,7 @@ static int fsync_unsupported(int e) {
     return e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS;
 }
 
-int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
+int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Checkpoint *ck, MhaError *err) {
     unsigned char *vocab = NULL, *labels = NULL;
     size_t vocab_len = 0, labels_len = 0;
     if (vocab_serialize(ck->vocab, &vocab, &vocab_len) != 0 || !(labels = labels_blob(&ck->labels, &labels_len))) {
@@ -102,16 +102,23 @@ int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
                     vocab_len + labels_len + pbytes + 4;
     if (has_train) size += 2 * (uint64_t)pbytes + strlen(ck->state_json);
 
-    char tmp[4352];
-    char *dircopy = strdup(path), *basecopy = strdup(path);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dirname(dircopy), basename(basecopy), (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char tmp[512];   /* .NAME.tmp.PID, inside the folder dir_fd holds */
+    snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", name, (long)getpid());
+    int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = 0;
     if (fd < 0) {
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot create checkpoint file (%s)", tmp, strerror(errno));
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot create the temporary checkpoint file %s beside it (%s)", path,
+                      tmp, strerror(errno));
         goto done;
     }
     Writer w = {fdopen(fd, "wb"), 0, 0};
+    if (!w.f) {
+        int e = errno;
+        close(fd);
+        unlinkat(dir_fd, tmp, 0);
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s)", path, strerror(e));
+        goto done;
+    }
     write_bytes(&w, MAGIC, 8);
     write_u32(&w, CHECKPOINT_VERSION);
     write_u32(&w, n_sections);
@@ -132,31 +139,46 @@ int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
     if (!w.failed && fsync(fileno(w.f)) != 0 && !fsync_unsupported(errno)) w.failed = errno;
     if (fclose(w.f) != 0 && !w.failed) w.failed = errno;
     if (w.failed) {
-        unlink(tmp);
-        if (access(path, F_OK) == 0)
+        unlinkat(dir_fd, tmp, 0);
+        if (faccessat(dir_fd, name, F_OK, 0) == 0)
             rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s); the previous %s is untouched",
                           path, strerror(w.failed), path);
         else
             rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot write checkpoint (%s)", path, strerror(w.failed));
         goto done;
     }
-    if (rename(tmp, path) != 0) {
+    if (renameat(dir_fd, tmp, dir_fd, name) != 0) {
         int e = errno;
-        unlink(tmp);
+        unlinkat(dir_fd, tmp, 0);
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot rename %s into place (%s)", path, tmp, strerror(e));
         goto done;
     }
-    free(dircopy);
-    dircopy = strdup(path);
     /* the rename made durable where the file system can; a failure here (EINVAL on some file
      * systems, or an I/O error) is not reported: the checkpoint itself is whole and in place */
-    int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
+    (void)fsync(dir_fd);
 done:
-    free(dircopy);
-    free(basecopy);
     free(vocab);
     free(labels);
+    return rc;
+}
+
+int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err) {
+    char *dircopy = strdup(path), *basecopy = strdup(path);
+    if (!dircopy || !basecopy) {
+        free(dircopy);
+        free(basecopy);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while writing the checkpoint", path);
+    }
+    int rc, dir_fd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0)
+        rc = mha_fail(err, MHA_EXIT_DATA, "%s: cannot open the folder to write the checkpoint in (%s)", path,
+                      strerror(errno));
+    else {
+        rc = checkpoint_save_at(dir_fd, basename(basecopy), path, ck, err);
+        close(dir_fd);
+    }
+    free(dircopy);
+    free(basecopy);
     return rc;
 }
 

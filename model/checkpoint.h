@@ -29,7 +29,12 @@ typedef struct {
     char *state_json;       /* NULL in model-only checkpoints */
 } Checkpoint;
 
+/* Writes ck to path (through .NAME.tmp.PID in the same folder, renamed into place). */
 int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err);
+/* The same into the folder dir_fd holds open, as name (no '/'): the file lands in that folder
+ * even if it was moved or another was made at its old path meanwhile. path names the file
+ * in messages only. */
+int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Checkpoint *ck, MhaError *err);
 int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err);
 /* cfg: the config parsed from ck->config_json. Checks that the model it describes (with the
  * checkpoint's vocab and labels) has exactly ck->n_params parameters, before any model

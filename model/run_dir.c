@@ -44,6 +44,9 @@ static void remove_stale_temp_files(const char *dir) {
 static dev_t locked_dev;   /* the folder run_dir_lock locked, as it was then */
 static ino_t locked_ino;
 static int have_locked;
+static int locked_dir_fd = -1;   /* that folder, held open: checkpoints are saved through it */
+
+int run_dir_fd(void) { return locked_dir_fd; }
 
 int run_dir_check(const char *dir, MhaError *err) {
     struct stat st;
@@ -81,12 +84,20 @@ int run_dir_lock(const char *dir, MhaError *err) {
                         "supports flock (a local disk rather than some network file systems)", dir, path,
                         strerror(e));
     }
-    /* the folder this run holds: saves go there only (run_dir_check) */
-    if (stat(dir, &st) == 0) {
-        locked_dev = st.st_dev;
-        locked_ino = st.st_ino;
-        have_locked = 1;
+    /* the folder this run holds, by the lock file's own folder: saves go there only
+     * (run_dir_check, run_dir_fd) */
+    snprintf(path, sizeof path, "%s", dir);
+    int dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0 || fstat(dir_fd, &st) != 0) {
+        int e = errno;
+        if (dir_fd >= 0) close(dir_fd);
+        close(fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open the output folder (%s)", dir, strerror(e));
     }
+    locked_dev = st.st_dev;
+    locked_ino = st.st_ino;
+    locked_dir_fd = dir_fd;
+    have_locked = 1;
     remove_stale_temp_files(dir);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
 }

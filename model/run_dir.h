@@ -14,10 +14,15 @@
 int run_dir_lock(const char *dir, MhaError *err);
 
 /* Before a save into dir: 0 when dir is still the folder run_dir_lock locked (same device
- * and inode); else MHA_EXIT_DATA with err saying it was moved or replaced during the run
- * (the lock follows the folder, a save follows the path: writing there would overwrite
- * another run's checkpoints). 0 when nothing was locked. */
+ * and inode); else MHA_EXIT_DATA with err saying it was moved or replaced during the run,
+ * so that the user learns where the run's checkpoints went (its own folder, under the new
+ * name) instead of looking for them at the path. 0 when nothing was locked. */
 int run_dir_check(const char *dir, MhaError *err);
+
+/* The folder run_dir_lock locked, held open (-1 before): checkpoint_save_at writes through it,
+ * so a save never lands in another folder made at the old path, even in the instant between
+ * run_dir_check and the save. */
+int run_dir_fd(void);
 
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
  * mistyped command does not replace a trained model.mha and a resumable last.mha. With

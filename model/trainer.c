@@ -74,12 +74,11 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
             goto done;
         }
     }
-    /* checked right before the file is created, after the copies and the fsync (slow): a
-     * folder moved during those would otherwise get this checkpoint */
+    /* a moved output folder stops the run with a message (checked after the slow copies and
+     * fsync); the file itself is written through the locked folder's descriptor, so a move
+     * after this check still puts it in the run's own folder, never in a new one at the path */
     if ((rc = run_dir_check(r->cfg->out_dir, err))) goto done;
-    rc = checkpoint_save(path, &ck, err);
-    /* the folder moved during the save itself (the rename then fails): said as such */
-    if (rc) run_dir_check(r->cfg->out_dir, err);
+    rc = run_dir_fd() >= 0 ? checkpoint_save_at(run_dir_fd(), name, path, &ck, err) : checkpoint_save(path, &ck, err);
 done:
     free(ck.config_json);
     free(ck.state_json);

@@ -6,7 +6,9 @@
 #    which only EWOULDBLOCK means;
 #  - fsync failing with EINVAL or ENOTSUP (a file system that cannot sync) does not fail the
 #    saves: the run finishes and its checkpoints load; an fsync that fails with EIO still does,
-#    and the message says the previous checkpoint is untouched only when there was one.
+#    and the message says the previous checkpoint is untouched only when there was one;
+#  - the output folder moved (and a new one made at its path) between the trainer's check
+#    and the save: the checkpoint lands in the run's own folder, never in the new one.
 source "$(dirname "$0")/lib.sh" "$@"
 SHIM=$(realpath "$3")
 # under AddressSanitizer its runtime is not first in the list of libraries once the shim is
@@ -34,4 +36,14 @@ tiny_config "$TMP/c2.json" "$TMP/run2" 2   # 41 updates an epoch: model.mha and 
 "$TRAIN" --config "$TMP/c2.json" --quiet --max-steps 42 >/dev/null 2>&1 || fail "a run without the shim failed"
 out=$(MHA_FAKE_FSYNC_ERRNO=5 shim "$TRAIN" --resume "$TMP/run2/last.mha" --quiet 2>&1 >/dev/null); rc=$?
 [ "$rc" = 1 ] && grep -q "the previous .*untouched" <<<"$out" || fail "fsync EIO over an earlier checkpoint: exit $rc: $out"
+
+rm -rf "$TMP/run" "$TMP/run-moved"
+out=$(MHA_FAKE_MOVE_DIR="$TMP/run" shim "$TRAIN" --config "$TMP/c.json" --quiet 2>&1 >/dev/null); rc=$?
+[ -d "$TMP/run-moved" ] || fail "the shim did not move the folder (no checkpoint save went through openat?): $out"
+[ -z "$(ls -A "$TMP/run")" ] || fail "folder moved during a save: the run wrote into the new folder at its path: $(ls -A "$TMP/run")"
+saved=$(ls "$TMP/run-moved/"*.mha 2>/dev/null | head -1)   # the first save: model.mha (a new best)
+[ -n "$saved" ] && "$PREDICT" --model "$saved" - <<<"一行" >/dev/null 2>&1 \
+  || fail "folder moved during a save: the checkpoint is not in the run's own folder: $(ls -A "$TMP/run-moved")"
+[ "$rc" = 1 ] && grep -q "the output folder was moved or replaced while this run was training" <<<"$out" \
+  || fail "folder moved during a save: exit $rc, expected 1 and a message at the next save: $out"
 finish
