@@ -31,6 +31,7 @@ char *train_state_json(const Run *r) {
     cJSON_AddStringToObject(o, "train_fingerprint", fp);
     cJSON_AddNumberToObject(o, "train_examples", r->train.n);
     cJSON_AddBoolToObject(o, "test_reported", r->test_reported);
+    cJSON_AddBoolToObject(o, "eval_due", r->eval_due);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
@@ -50,6 +51,7 @@ typedef struct {
                                     * dataset_fingerprint's 16 hex digits) */
     double train_examples;         /* -1: absent */
     int test_reported;
+    int eval_due;                  /* a train.eval_every evaluation was interrupted: still to do */
     int progress_known;            /* update, epoch, best_update and evals_since_best are in range:
                                     * enough to tell whether the run is complete */
 } TrainState;
@@ -119,6 +121,7 @@ static int train_state_parse(const char *json, const Config *cfg, const char *pa
      * it existed count as reported */
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "test_reported");
     s->test_reported = !(cfg->test[0] && cJSON_IsBool(tr) && !cJSON_IsTrue(tr));
+    s->eval_due = cfg->dev[0] && cfg->eval_every > 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval_due"));
     cJSON_Delete(o);
     return failed ? MHA_EXIT_DATA : 0;
 }
@@ -174,7 +177,7 @@ static int complete_before_loading(const Checkpoint *resume, const Config *cfg, 
     train_state_parse(resume->state_json, cfg, resume_path, &s, &ignore);
     if (!s.progress_known) return 0;
     if (say_if_complete(&s, cfg, cfg->dev[0] != '\0', resume->n_params, NULL, resume_path)) return 1;
-    if (max_steps > 0 && s.update >= max_steps) {
+    if (max_steps > 0 && s.update >= max_steps && !s.eval_due) {
         fprintf(stderr, "mha-train: %s is at update %ld, where --max-steps %ld stops; nothing to do "
                 "(a larger --max-steps, or none, goes on)\n", resume_path, s.update, max_steps);
         return 1;
@@ -263,6 +266,7 @@ int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet
     r->bad_steps = s.bad_steps;
     r->seconds_trained = s.seconds_trained;
     r->test_reported = s.test_reported;
+    r->eval_due = s.eval_due;
     r->metrics_saved_bytes = s.metrics_bytes;
     if (!quiet && r->epoch < cfg->epochs)
         fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", path,

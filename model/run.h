@@ -33,6 +33,8 @@ typedef struct {
     long metrics_good_bytes;              /* metrics.jsonl's size: whole records only */
     int metrics_torn;                     /* a failed write could not be cut off: size unknown */
     int test_reported;                    /* the test report of the finished run was printed and logged */
+    int eval_due;                         /* a train.eval_every evaluation an interrupt cut short: the
+                                           * resumed run does it before its next update */
     long metrics_saved_bytes;             /* resume: metrics.jsonl's size when last.mha was saved (-1: unknown) */
     uint64_t train_fingerprint;           /* dataset_fingerprint of train, taken once */
     double seconds_trained;               /* training seconds up to the latest save of last.mha,

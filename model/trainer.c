@@ -506,6 +506,16 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
 
     while (r->epoch < cfg->epochs && *stop == KEEP_TRAINING) {
         batcher_start_epoch(bt, r->epoch, 1, r->batch_pos);
+        /* a train.eval_every evaluation an interrupt cut short (resumed): done before any update,
+         * as the run that was interrupted would have done it */
+        if (r->eval_due) {
+            int cancelled;
+            if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, 1, &cancelled, err))) return rc;
+            if (cancelled) { *stop = STOP_PAUSED; break; }
+            r->eval_due = 0;
+            if (check_patience(r)) *stop = STOP_EARLY;
+            else if (opt->max_steps > 0 && r->update >= opt->max_steps) *stop = STOP_PAUSED;
+        }
         /* (an interrupt during the previous epoch's evaluation or save: no update in this one) */
         while (bt->pos < bt->n_batches && *stop == KEEP_TRAINING && !g_interrupted) {
             model_zero_grads(&r->model);
@@ -534,9 +544,10 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
             if (r->has_dev && cfg->eval_every > 0 && r->update % cfg->eval_every == 0) {
                 if ((rc = finish_update(r, &pending, &pg, err))) return rc;
                 if (tty) fputc('\n', stderr);
-                /* not cancellable: last.mha could not say that this update's evaluation is still due */
+                /* an interrupt during it: stopped, last.mha says the evaluation is due (r->eval_due) */
                 int cancelled;
-                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, 0, &cancelled, err))) return rc;   /* during epoch r->epoch + 1 */
+                if ((rc = evaluate_dev(r, r->epoch + 1, opt->quiet, 1, &cancelled, err))) return rc;   /* during epoch r->epoch + 1 */
+                if (cancelled) { r->eval_due = 1; *stop = STOP_PAUSED; break; }
                 if (check_patience(r)) *stop = STOP_EARLY;
             }
             /* early stopping on the update --max-steps ends at is still the end of the run */

@@ -9,7 +9,8 @@
 #    "cannot write predictions ... (File too large)" (before: killed by SIGXFSZ, no message);
 #  - an interrupt during the end-of-epoch dev evaluation stops at once (before: the evaluation
 #    ran on, the next epoch's update too), and --resume does that evaluation: the same
-#    metrics.jsonl and the same model.mha, byte for byte, as an uninterrupted run;
+#    metrics.jsonl and the same model.mha, byte for byte, as an uninterrupted run; the same for
+#    an evaluation of train.eval_every in the middle of an epoch (last.mha says it is due);
 #  - the output folder moved aside during the run and a new one made at its path: the run
 #    refuses to save there (exit 1, says why) and the new folder stays empty;
 #  - the process keeps its name after its re-exec (pgrep mha-train finds it, not "exe");
@@ -90,6 +91,27 @@ grep -q "interrupted at update 1:" "$TMP/e1.err" || fail "interrupt at the evalu
 "$TRAIN" --resume "$TMP/e/last.mha" --quiet >/dev/null 2>"$TMP/e2.err" || fail "eval run: --resume failed: $(tail -3 "$TMP/e2.err")"
 cmp -s "$TMP/e/metrics.jsonl" "$TMP/e-metrics.ref" || fail "interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/e/metrics.jsonl" "$TMP/e-metrics.ref")"
 cmp -s "$TMP/e/model.mha" "$TMP/e-model.ref" || fail "interrupted and resumed: model.mha differs from the uninterrupted run's"
+
+# The same for an evaluation of train.eval_every in the middle of an epoch (3 updates an
+# epoch, an evaluation every 2): last.mha says it is due, --resume does it first.
+head -150 data/sample/train.tsv >"$TMP/v-train.tsv"
+sed -e "s#$TMP/e-train.tsv#$TMP/v-train.tsv#" -e "s#$TMP/e\"#$TMP/v\"#" -e 's#"lr": 2e-3#"lr": 2e-3, "eval_every": 2#' \
+  "$TMP/e.json" >"$TMP/v.json"
+"$TRAIN" --config "$TMP/v.json" --quiet >/dev/null 2>"$TMP/v0.err" || fail "eval_every run: $(tail -3 "$TMP/v0.err")"
+[ "$(grep -c '"type":"dev"' "$TMP/v/metrics.jsonl")" = 3 ] || fail "eval_every run: expected dev records at updates 2, 4, 6: $(cat "$TMP/v/metrics.jsonl")"
+cp "$TMP/v/model.mha" "$TMP/v-model.ref"; cp "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref"
+rm -rf "$TMP/v"
+"$TRAIN" --config "$TMP/v.json" --quiet >/dev/null 2>"$TMP/v1.err" &
+pid=$!
+wait_for "$TMP/v/metrics.jsonl" '"type":"train","update":2,' || fail "eval_every run: no train record: $(tail -3 "$TMP/v1.err")"
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 130 ] || fail "interrupt at an eval_every evaluation: exit $rc, expected 130: $(tail -3 "$TMP/v1.err")"
+grep -q "interrupted at update 2:" "$TMP/v1.err" || fail "interrupt at an eval_every evaluation: not stopped at update 2: $(tail -3 "$TMP/v1.err")"
+! grep -q '"type":"dev"' "$TMP/v/metrics.jsonl" || fail "interrupt at an eval_every evaluation: a dev record was written"
+"$TRAIN" --resume "$TMP/v/last.mha" --quiet >/dev/null 2>"$TMP/v2.err" || fail "eval_every run: --resume failed: $(tail -3 "$TMP/v2.err")"
+cmp -s "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref" || fail "eval_every, interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref")"
+cmp -s "$TMP/v/model.mha" "$TMP/v-model.ref" || fail "eval_every, interrupted and resumed: model.mha differs from the uninterrupted run's"
 
 # The output folder moved aside (and a new one made at its path) while the run trains.
 tiny_config "$TMP/m.json" "$TMP/m" 5000
