@@ -843,8 +843,8 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     rc = validate(c, &tmp, &bad, &other);
     if (!rc) return 0;
     if (bad >= 0 && from_set[bad]) return failf(err, "--set", "%s", tmp.msg);
-    char where[4200];
-    at_line(where, sizeof where, path, bad >= 0 ? key_lines[bad] : 0);
+    char buf[4200];   /* path:line, or the path alone for a key the file does not hold */
+    const char *where = at_line(buf, sizeof buf, path, bad >= 0 ? key_lines[bad] : 0);
     if (other >= 0 && from_set[other])   /* the file's key is fine alone: say what changed it */
         return failf(err, where, "%s (%s comes from --set)", tmp.msg, KEYS[other].name);
     return failf(err, where, "%s", tmp.msg);

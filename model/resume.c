@@ -252,10 +252,18 @@ int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet
                         r->train.n, s.train_examples);
     /* normally said before loading the data (complete_before_loading); a run killed before
      * saving model.mha goes on below to save it and print the test report */
+    const long had_best = s.best_update;
     if (say_if_complete(&s, cfg, r->has_dev, r->model.lay.total, r->best_params, path)) {
         *done = 1;
         return 0;
     }
+    /* last.mha copied without its model.mha, say (at the end of the run, finish_run says it) */
+    if (had_best >= 0 && s.best_update < 0 && s.epoch < cfg->epochs &&
+        !(cfg->patience > 0 && s.evals_since_best >= cfg->patience))
+        fprintf(stderr, "mha-train: warning: %s/model.mha, the best parameters on dev so far (update %ld, %s %.4f), "
+                "is missing or does not load: they are lost, and model.mha will hold the best of the rest of the run "
+                "(to keep them, put that run's model.mha beside %s and resume again)\n", cfg->out_dir, had_best,
+                cfg->metric, strcmp(cfg->metric, "loss") == 0 ? -s.best_metric : s.best_metric, path);
     r->update = s.update;
     r->epoch = s.epoch;
     r->batch_pos = s.batch_pos;

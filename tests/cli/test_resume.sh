@@ -111,6 +111,15 @@ ln -s "$TMP/moved/last.mha" "$TMP/links/last.mha"
 "$TRAIN" --resume "$TMP/links/last.mha" --quiet >/dev/null 2>&1 || fail "resume through a link failed"
 [ -L "$TMP/links/last.mha" ] && [ "$(ls -A "$TMP/links")" = last.mha ] && [ -f "$TMP/moved/model.mha" ] \
   || fail "resume through a link wrote beside the link: $(ls -l "$TMP/links")"
+# last.mha copied alone (its model.mha left behind): the best so far is lost, and said.
+tiny_config "$TMP/alone.json" "$TMP/alone-run" 3
+"$TRAIN" --config "$TMP/alone.json" --quiet --max-steps 42 >/dev/null 2>&1 || fail "run for the copied last.mha failed"
+mkdir "$TMP/alone" && cp "$TMP/alone-run/last.mha" "$TMP/alone/"
+"$TRAIN" --resume "$TMP/alone/last.mha" --quiet --max-steps 43 >/dev/null 2>"$TMP/alone.err" || fail "resume of a copied last.mha failed: $(cat "$TMP/alone.err")"
+grep -q "warning: .*/alone/model.mha, the best parameters on dev so far (update 41, accuracy 0\.[0-9]*), is missing" "$TMP/alone.err" \
+  || fail "last.mha copied without model.mha: no warning that the best so far is lost: $(cat "$TMP/alone.err")"
+"$TRAIN" --resume "$TMP/alone-run/last.mha" --quiet --max-steps 43 >/dev/null 2>"$TMP/alone2.err" || fail "resume beside model.mha failed"
+! grep -q "warning" "$TMP/alone2.err" || fail "a warning with model.mha in place: $(cat "$TMP/alone2.err")"
 # SIGINT: saves last.mha, exits 130, and the run resumes.
 tiny_config "$TMP/ci.json" "$TMP/int" 200
 "$TRAIN" --config "$TMP/ci.json" --quiet >/dev/null 2>"$TMP/int.err" &

@@ -87,7 +87,7 @@ static void test_defaults(void) {
 
     /* an empty object (no data.train) is an error; so is a missing file */
     CHECK(load_text(&c, "{}", NULL, 0, &e) == MHA_EXIT_USAGE);
-    CHECK_MSG(e, "'data.train' is required");
+    CHECK_MSG(e, "c.json: key 'data.train' is required");   /* the file it is missing from, named */
     CHECK(config_load(&c, "/nonexistent/dir/x.json", NULL, 0, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "/nonexistent/dir/x.json: cannot read config (No such file");
 }
