@@ -30,9 +30,18 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupted;
+/* Ctrl-C, SIGTERM, SIGHUP: the run stops after the update (or between two evaluation batches)
+ * and saves last.mha; said at once, since a save can take a while (write(2): async-signal-safe) */
 static void on_signal(int sig) {
+    static const char int_msg[] = "\nmha-train: stopping: saving last.mha after this step (Ctrl-C again quits at "
+                                  "once, without saving)\n";
+    static const char other_msg[] = "\nmha-train: stopping: saving last.mha after this step\n";
+    int saved_errno = errno;
     g_interrupted = 1;
     signal(sig, SIG_DFL);  /* a second Ctrl-C ends the process at once */
+    ssize_t ignored = sig == SIGINT ? write(2, int_msg, sizeof int_msg - 1) : write(2, other_msg, sizeof other_msg - 1);
+    (void)ignored;
+    errno = saved_errno;
 }
 
 static double now_s(void) {

@@ -32,6 +32,7 @@ kill -HUP $pid
 rc=0; wait $pid || rc=$?
 [ "$rc" = 130 ] || fail "SIGHUP: exit $rc, expected 130 (saved, as after Ctrl-C): $(tail -3 "$TMP/h.err")"
 grep -q "interrupted at update [0-9]*: saved .*last.mha" "$TMP/h.err" || fail "SIGHUP: no save said: $(tail -3 "$TMP/h.err")"
+grep -q "^mha-train: stopping: saving last.mha after this step$" "$TMP/h.err" || fail "SIGHUP: not said at once: $(tail -3 "$TMP/h.err")"
 "$TRAIN" --resume "$TMP/h" --max-steps 60 --quiet >/dev/null 2>"$TMP/h2.err" || fail "SIGHUP: --resume failed: $(tail -3 "$TMP/h2.err")"
 # ... but a run started with SIGHUP ignored (nohup, trap '' HUP) keeps it ignored and trains on
 tiny_config "$TMP/nh.json" "$TMP/nh" 5000
@@ -86,6 +87,8 @@ wait_for "$TMP/e/metrics.jsonl" '"type":"train","update":1,' || fail "eval run: 
 kill -INT $pid
 rc=0; wait $pid || rc=$?
 [ "$rc" = 130 ] || fail "interrupt at the evaluation: exit $rc, expected 130: $(tail -3 "$TMP/e1.err")"
+grep -q "^mha-train: stopping: saving last.mha after this step (Ctrl-C again quits at once, without saving)$" "$TMP/e1.err" \
+  || fail "Ctrl-C: not said at once, with what a second one does: $(tail -3 "$TMP/e1.err")"
 grep -q "interrupted at update 1:" "$TMP/e1.err" || fail "interrupt at the evaluation: not stopped at update 1 (the evaluation and the next update ran first): $(tail -3 "$TMP/e1.err")"
 ! grep -q '"type":"dev"' "$TMP/e/metrics.jsonl" || fail "interrupt at the evaluation: a dev record was written"
 "$TRAIN" --resume "$TMP/e/last.mha" --quiet >/dev/null 2>"$TMP/e2.err" || fail "eval run: --resume failed: $(tail -3 "$TMP/e2.err")"
