@@ -363,6 +363,7 @@ typedef struct {
     double t_last_print, t_window;  /* the last progress line; the start of the tok/s window */
     long tokens_window;             /* real tokens of the updates finished since t_window */
     long print_every;
+    long end_update;                /* where this run stops: the schedule's end, or --max-steps */
 } Progress;
 
 /* An update queued whose outcome (loss, gradient norm, skipped or not) is not read yet. */
@@ -431,16 +432,17 @@ static void print_progress(const Run *r, const PendingUpdate *pu, double loss, P
     pg->tokens_window += pu->tokens;
     double t = now_s();
     long u = pu->update, every = pg->print_every;
-    if (!pg->quiet && (u % every == 0 || pg->tty || u == r->total_updates) &&
-        (t - pg->t_last_print > (pg->tty ? 0.2 : 5.0) || u == r->total_updates || u % (every * 10) == 0)) {
+    const long end = pg->end_update;
+    if (!pg->quiet && (u % every == 0 || pg->tty || u == end) &&
+        (t - pg->t_last_print > (pg->tty ? 0.2 : 5.0) || u == end || u % (every * 10) == 0)) {
         double tps = pg->tokens_window / (t - pg->t_window > 1e-9 ? t - pg->t_window : 1e-9);
         double elapsed = r->seconds_trained + (t - pg->t_start);
         double per_update = (t - pg->t_start) / (double)(u - pg->start_update);
         char el[32], eta[32];
         format_duration(el, sizeof el, elapsed);
-        format_duration(eta, sizeof eta, per_update * (double)(r->total_updates - u));
+        format_duration(eta, sizeof eta, per_update * (double)(end > u ? end - u : 0));
         fprintf(stderr, "%sstep %ld/%ld  epoch %d/%d  loss %.4f  lr %.2e  tok/s %.0f  elapsed %s  eta %s%s",
-                pg->tty ? "\r\033[K" : "", u, r->total_updates, pu->epoch + 1, cfg->epochs, loss, pu->lr,
+                pg->tty ? "\r\033[K" : "", u, end, pu->epoch + 1, cfg->epochs, loss, pu->lr,
                 tps, el, eta, pg->tty ? "" : "\n");
         pg->t_last_print = t;
         pg->tokens_window = 0;
@@ -502,9 +504,14 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
     signal(SIGTERM, on_signal);
     struct sigaction hup;
     if (sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN) signal(SIGHUP, on_signal);
+    const long end = opt->max_steps > 0 && opt->max_steps < r->total_updates ? opt->max_steps : r->total_updates;
+    const long every = (end - r->update) / 100;   /* about 100 lines a run (fewer off a terminal: 5 s apart) */
     Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
-                   .start_update = r->update, .print_every = r->total_updates / 100 > 0 ? r->total_updates / 100 : 1};
+                   .start_update = r->update, .print_every = every > 0 ? every : 1, .end_update = end};
     pg.t_window = pg.t_start;
+    if (!opt->quiet && end < r->total_updates && r->update < end)
+        fprintf(stderr, "--max-steps %ld: this run stops at update %ld of the schedule's %ld (the learning rate follows "
+                "the whole schedule; --resume goes on from there)\n", opt->max_steps, end, r->total_updates);
     const int tty = pg.tty;
     double data_seconds = 0, loop_start = now_s();
     long profiled_tokens = 0;

@@ -3,8 +3,8 @@
 # train.eval_every (dev evaluations every N updates instead of once per epoch), train.patience
 # (early stopping, with either kind of evaluation, and a resume of a run that stopped early),
 # config keys whose effect only a whole run shows (vocabulary, bucketing, truncation, the
-# learning-rate schedule, weight decay's reach, max_bad_steps) and --profile (its table, and
-# updates identical to an unprofiled run's).
+# learning-rate schedule, weight decay's reach, max_bad_steps), --profile (its table, and
+# updates identical to an unprofiled run's) and the progress lines of a --max-steps run.
 source "$(dirname "$0")/lib.sh" "$@"
 field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
 records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
@@ -196,4 +196,13 @@ cmp -s "$TMP/prof/last.mha" "$TMP/plain/last.mha" || {
   b=$("$PREDICT" --model "$TMP/plain/last.mha" --top-k 4 data/sample/test.tsv | md5sum)
   [ "$a" = "$b" ] || fail "--profile changed the trained parameters (predictions differ)"
 }
+
+# ---- --max-steps: the progress counts to where the run stops (stderr not a terminal here),
+# and says once that the schedule is longer
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/short" --max-steps 30 >/dev/null 2>"$TMP/short.err" \
+  || fail "--max-steps 30 run failed: $(tail -3 "$TMP/short.err")"
+grep -q "^--max-steps 30: this run stops at update 30 of the schedule's 123 " "$TMP/short.err" \
+  || fail "--max-steps: no note that the schedule goes on: $(grep -v '^[ {}]' "$TMP/short.err" | head -12)"
+grep -q "^step 30/30 " "$TMP/short.err" && ! grep -q "^step [0-9]*/123 " "$TMP/short.err" \
+  || fail "--max-steps: progress does not count to 30: $(grep '^step' "$TMP/short.err")"
 finish
