@@ -221,10 +221,14 @@ static void attention_sink(void *ctx, const Model *m, const Batch *b, int row, c
  * would show digits that mean nothing: 0.99999904632568359). */
 static double round6(float p) { return round((double)p * 1e6) / 1e6; }
 
+/* Classes ranked by probability, highest first; exact ties by class index, lowest first (the
+ * rule evaluate.c's argmax follows, so the printed label is the one --eval scores). The index
+ * decides ties here, not the order qsort leaves equal elements in, which C leaves open. */
 typedef struct { int k; float p; } Ranked;
 static int by_prob_desc(const void *a, const void *b) {
-    float x = ((const Ranked *)a)->p, y = ((const Ranked *)b)->p;
-    return (x < y) - (x > y);
+    const Ranked *x = a, *y = b;
+    if (x->p != y->p) return (x->p < y->p) - (x->p > y->p);
+    return (x->k > y->k) - (x->k < y->k);
 }
 
 /* Runs the model over the chunk, ranks each example's classes and prints its top_k (tsv, or
