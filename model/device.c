@@ -26,9 +26,9 @@ int select_backend(const Config *cfg, const Backend **be, const char *option, Mh
     const Backend *cuda = mha_cuda_backend(cfg->tf32, bf16, why, sizeof why);
     if (cuda) { *be = cuda; return 0; }
     if (strcmp(cfg->device, "cuda") == 0 && option[0] == '-')
-        return mha_fail(err, MHA_EXIT_DATA, "%s cuda: %s (use %s cpu or auto)", option, why, option);
+        return mha_fail(err, MHA_EXIT_DATA, "%s cuda: %s; use %s cpu or auto", option, why, option);
     if (strcmp(cfg->device, "cuda") == 0)
-        return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s (use %s=cpu or auto)", option, why, option);
+        return mha_fail(err, MHA_EXIT_DATA, "%s = \"cuda\" but %s; use %s=cpu or auto", option, why, option);
     /* "auto": the cpu, silently when there is no GPU, with a note when there is one it cannot use */
     if (mha_cuda_device_visible()) fprintf(stderr, "%s: note: not using the GPU: %s; running on the cpu\n", prog, why);
     *be = cpu_backend_for(cfg, bf16, prog);

@@ -41,12 +41,12 @@ loaded libmha-cuda.so env LD_LIBRARY_PATH="$WITH_FAKE" "$PREDICT" --model "$M" -
 if ! loaded 'libcuda\.so\.1' "$PREDICT" --model "$M" --device auto "$TMP/in.txt"; then
   loaded libmha-cuda.so "$PREDICT" --model "$M" --device auto "$TMP/in.txt" \
     && fail "--device auto without an NVIDIA driver loaded libmha-cuda.so"
-  expect_exit 1 "^mha-predict: error: --device cuda: no CUDA device visible \(no NVIDIA driver: libcuda\.so\.1 not found\) \(use --device cpu or auto\)\$" \
+  expect_exit 1 "^mha-predict: error: --device cuda: no CUDA device visible \(no NVIDIA driver: libcuda\.so\.1 not found\); use --device cpu or auto\$" \
     "$PREDICT" --model "$M" --device cuda "$TMP/in.txt"
 fi
 
 # the module's own answer (the CUDA runtime finds the stand-in driver wanting)
-expect_exit 1 "^mha-predict: error: --device cuda: .*\(use --device cpu or auto\)\$" \
+expect_exit 1 "^mha-predict: error: --device cuda: .*; use --device cpu or auto\$" \
   env LD_LIBRARY_PATH="$WITH_FAKE" "$PREDICT" --model "$M" --device cuda "$TMP/in.txt"
 out=$(LD_LIBRARY_PATH="$WITH_FAKE" "$PREDICT" --model "$M" --device cuda "$TMP/in.txt" 2>&1 >/dev/null)
 grep -q "libmha-cuda.so\|no NVIDIA driver" <<<"$out" && fail "the module did not answer: $out"
@@ -55,7 +55,7 @@ grep -q "libmha-cuda.so\|no NVIDIA driver" <<<"$out" && fail "the module did not
 mkdir -p "$TMP/alone"
 cp "$PREDICT" "$TRAIN" "$TMP/alone/"
 if [ ! -e "$4/libmha-cuda.so" ]; then   # (a module installed there would be found instead)
-  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend of this build, libmha-cuda\.so, is neither beside the program \($TMP/alone/\) nor in $4: rebuild \(ninja -C BUILD builds it beside mha-train\) or reinstall \(use --device cpu or auto\)\$" \
+  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend of this build, libmha-cuda\.so, is neither beside the program \($TMP/alone/\) nor in $4: rebuild \(ninja -C BUILD builds it beside mha-train\) or reinstall; use --device cpu or auto\$" \
     env LD_LIBRARY_PATH="$WITH_FAKE" "$TMP/alone/mha-predict" --model "$M" --device cuda "$TMP/in.txt"
   expect_exit 1 "^mha-train: error: train.device = \"cuda\" but the CUDA backend of this build, libmha-cuda\.so, is neither beside" \
     env LD_LIBRARY_PATH="$WITH_FAKE" "$TMP/alone/mha-train" --config "$TMP/c.json" --set train.device=cuda \
@@ -68,11 +68,11 @@ if [ ! -e "$4/libmha-cuda.so" ]; then   # (a module installed there would be fou
     || fail "--device auto without the module gave no note: $(cat "$TMP/auto.err")"
   # a module that is not a library: dlopen's reason
   echo "not a library" > "$TMP/alone/libmha-cuda.so"
-  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend $TMP/alone/libmha-cuda\.so could not be loaded \(.*\) \(use --device cpu or auto\)\$" \
+  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend $TMP/alone/libmha-cuda\.so could not be loaded \(.*\); use --device cpu or auto\$" \
     env LD_LIBRARY_PATH="$WITH_FAKE" "$TMP/alone/mha-predict" --model "$M" --device cuda "$TMP/in.txt"
   # a module built against another Backend table: refused before anything in it is called
   cp "$5" "$TMP/alone/libmha-cuda.so"
-  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend $TMP/alone/libmha-cuda\.so was built from other sources than this program \(interface 0, the program's 0x[0-9a-f]+\): rebuild both \(ninja -C BUILD\) or reinstall \(use --device cpu or auto\)\$" \
+  expect_exit 1 "^mha-predict: error: --device cuda: the CUDA backend $TMP/alone/libmha-cuda\.so was built from other sources than this program \(interface 0, the program's 0x[0-9a-f]+\): rebuild both \(ninja -C BUILD\) or reinstall; use --device cpu or auto\$" \
     env LD_LIBRARY_PATH="$WITH_FAKE" "$TMP/alone/mha-predict" --model "$M" --device cuda "$TMP/in.txt"
 fi
 finish

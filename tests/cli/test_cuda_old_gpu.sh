@@ -15,7 +15,7 @@ cc="7\.${MHA_EMU_GPU#sm_7}"
 tiny_config "$TMP/c.json" "$TMP/run" 1
 old="\(.*compute capability $cc\) cannot run this build's kernels \(cudaErrorNoKernelImageForDevice\): they need compute capability 8\.0 or newer"
 
-expect_exit 1 "^mha-train: error: train.device = \"cuda\" but the GPU $old .*\(use train.device=cpu or auto\)\$" \
+expect_exit 1 "^mha-train: error: train.device = \"cuda\" but the GPU $old .*; use train.device=cpu or auto\$" \
   "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/cuda" --quiet
 [ -e "$TMP/cuda/last.mha" ] && fail "a refused cuda run wrote a checkpoint"
 
@@ -28,7 +28,7 @@ grep -q '^model: .* backend cpu' "$TMP/auto.err" \
   || fail "train.device = auto did not fall back to the cpu: $(grep '^model:' "$TMP/auto.err")"
 [ -s "$TMP/run/last.mha" ] || fail "the cpu run wrote no last.mha"
 
-expect_exit 1 "^mha-predict: error: --device cuda: the GPU $old .*\(use --device cpu or auto\)\$" \
+expect_exit 1 "^mha-predict: error: --device cuda: the GPU $old .*; use --device cpu or auto\$" \
   "$PREDICT" --model "$TMP/run/last.mha" --device cuda data/sample/test.tsv
 out=$("$PREDICT" --model "$TMP/run/last.mha" --device auto data/sample/test.tsv 2>"$TMP/pred.err") \
   || fail "mha-predict --device auto failed: $(cat "$TMP/pred.err")"

@@ -215,7 +215,7 @@ expect_exit 2 "--top-k goes with predictions, not --eval" "$PREDICT" --model "$M
 expect_exit 2 "more than one input file" "$PREDICT" --model "$M" - -
 # --device cuda where no GPU can run it (skipped on a machine with one): the option's own words
 if ! "$PREDICT" --model "$M" --device cuda "$TMP/plain.txt" >/dev/null 2>&1; then
-  expect_exit 1 "^mha-predict: error: --device cuda: .*\(use --device cpu or auto\)" "$PREDICT" --model "$M" --device cuda "$TMP/plain.txt"
+  expect_exit 1 "^mha-predict: error: --device cuda: .*; use --device cpu or auto" "$PREDICT" --model "$M" --device cuda "$TMP/plain.txt"
 fi
 "$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" | head -1 | grep -qE '^\{"label":"[^"]+","prob":[0-9.e-]+,"top":\[\{' \
   || fail "jsonl output shape"
