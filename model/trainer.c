@@ -294,8 +294,12 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
 
 static void print_data_stats(Run *r, Batcher *bt) {
     Config *c = r->cfg;
-    fprintf(stderr, "train %s: %d examples, %ld tokens, %ld empty and %ld over-long lines skipped/truncated",
-            c->train, r->train.n, r->train.n_tokens, r->train.n_empty, r->train.n_long);
+    const long blank = r->train.n_empty, long_lines = r->train.n_long;
+    fprintf(stderr, "train %s: %d examples, %ld tokens", c->train, r->train.n, r->train.n_tokens);
+    if (blank) fprintf(stderr, ", %ld blank line%s skipped", blank, blank == 1 ? "" : "s");
+    if (long_lines)
+        fprintf(stderr, ", %ld over-long line%s truncated at data.max_line_bytes (%d bytes)", long_lines,
+                long_lines == 1 ? "" : "s", c->max_line_bytes);
     if (r->train.n_replaced)
         fprintf(stderr, ", %ld with invalid UTF-8 read as U+FFFD or NUL bytes as spaces", r->train.n_replaced);
     fputc('\n', stderr);
