@@ -665,7 +665,13 @@ static int create_model(Run *r, ModelDims *d, MhaError *err) {
     const Config *cfg = r->cfg;
     int rc;
     model_dims_from_config(d, cfg, vocab_size(r->vocab), r->labels.n);
-    if ((rc = model_create(&r->model, d, r->be, cfg->batch_size, cfg->max_len, cfg->decay_embeddings,
+    /* room for the largest batch the run forms: train.batch_size examples, or every example
+     * of its largest set when that has fewer (a batch_size of 10^6 on 654 lines allocates 654) */
+    int most = r->train.n;
+    if (r->dev.n > most) most = r->dev.n;
+    if (r->test.n > most) most = r->test.n;
+    const int max_batch = cfg->batch_size < most ? cfg->batch_size : (most > 0 ? most : 1);
+    if ((rc = model_create(&r->model, d, r->be, max_batch, cfg->max_len, cfg->decay_embeddings,
                            cfg->decay_norms, err)))
         return rc;
     if ((rc = adamw_create(&r->adamw, &r->model, err))) return rc;

@@ -30,14 +30,18 @@ if [ $rc != 0 ] && grep -qE 'train.device = "cuda" but (no CUDA device visible|t
 fi
 [ $rc = 0 ] || { fail "a 1-update run on cuda failed: $probe"; finish; }
 
-# A model too large for any GPU: exit 1, the size asked and what to lower (nothing trained)
-expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 4096 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
+# A model too large for any GPU: exit 1, the size asked and what to lower (nothing trained; its
+# batch: the 654 training examples, not the 4096 asked)
+expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 654 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/oom" --set train.batch_size=4096 \
     --set data.max_len=65536 --set model.d_model=2048 --set model.n_heads=8 --set model.d_ff=4096 --quiet
 
 # More examples per batch than the GPU's grid takes: exit 2 before anything is allocated
+# (71,940 training lines: a batch_size above the data's size forms batches of the data's size)
+for _ in $(seq 110); do cat data/sample/train.tsv; done >"$TMP/big.tsv"
 expect_exit 2 "batches of 65536 examples: the cuda backend runs at most 65535 per batch \(a GPU grid limit\); use a smaller train.batch_size \(mha-predict: --batch-size\)" \
-    "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/bigbatch" --set train.batch_size=65536 --quiet
+    "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/bigbatch" --set train.batch_size=65536 \
+    --set data.train="$TMP/big.tsv" --quiet
 [ ! -e "$TMP/bigbatch/last.mha" ] || fail "a refused batch size wrote a checkpoint"
 
 # A wrong MHA_CUDA_FP32_ATTENTION (the fp32 attention kernel): exit 2 with the values it takes,

@@ -62,12 +62,13 @@ printf 'not a checkpoint at all, just text\n' >"$TMP/fake.mha"
 expect_exit 1 "not an mha checkpoint" "$PREDICT" --model "$TMP/fake.mha"
 : >"$TMP/empty.mha"
 expect_exit 1 "too short" "$PREDICT" --model "$TMP/empty.mha"
-# A model that does not fit in memory: exit 1, what it needs and what to lower. The CPU
+# A model that does not fit in memory: exit 1, what it needs and what to lower (its batch: the
+# 654 training examples, not the 4096 asked, which no batch of this data reaches). The CPU
 # backend refuses a buffer larger than the machine's memory whatever the overcommit policy
 # (under AddressSanitizer, whose limit is 1 TiB, the 2 TiB request must return NULL rather
 # than abort).
 ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
-expect_exit 1 "out of memory allocating 2.0 TiB, one buffer of the .* needs at batch 4096 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
+expect_exit 1 "out of memory allocating 327.0 GiB, one buffer of the .* needs at batch 654 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.batch_size=4096 --set data.max_len=65536 --set model.d_model=2048 \
     --set model.n_heads=8 --set model.d_ff=4096 --quiet
 # Non-finite training: updates are skipped with a warning, then the run stops (exit 1)
