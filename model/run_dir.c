@@ -45,6 +45,7 @@ static dev_t locked_dev;   /* the folder run_dir_lock locked, as it was then */
 static ino_t locked_ino;
 static int have_locked;
 static int locked_dir_fd = -1;   /* that folder, held open: checkpoints are saved through it */
+static int created_dir;          /* run_dir_lock made it (it did not exist before) */
 
 int run_dir_fd(void) { return locked_dir_fd; }
 
@@ -64,7 +65,8 @@ int run_dir_lock(const char *dir, MhaError *err) {
     snprintf(path, sizeof path, "%s", dir);
     for (char *p = path + 1; *p; p++)
         if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    created_dir = mkdir(path, 0755) == 0;
+    if (!created_dir && errno != EEXIST)
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
     struct stat st;
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
@@ -100,6 +102,25 @@ int run_dir_lock(const char *dir, MhaError *err) {
     have_locked = 1;
     remove_stale_temp_files(dir);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
+}
+
+void run_dir_remove_if_unused(const char *dir) {
+    if (!created_dir || locked_dir_fd < 0) return;
+    MhaError ignore;
+    if (run_dir_check(dir, &ignore)) return;   /* moved or replaced: not ours to remove */
+    int dup_fd = dup(locked_dir_fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0) close(dup_fd);
+        return;
+    }
+    rewinddir(d);
+    int only_lock = 1;
+    struct dirent *e;
+    while (only_lock && (e = readdir(d)) != NULL)
+        only_lock = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, ".lock") == 0;
+    closedir(d);
+    if (only_lock && unlinkat(locked_dir_fd, ".lock", 0) == 0) rmdir(dir);
 }
 
 int run_dir_claim(const char *dir, int overwrite, MhaError *err) {

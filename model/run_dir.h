@@ -24,6 +24,11 @@ int run_dir_check(const char *dir, MhaError *err);
  * run_dir_check and the save. */
 int run_dir_fd(void);
 
+/* A run that failed before writing anything: removes the output folder again when
+ * run_dir_lock made it and it holds nothing but the lock file (a mistyped data path leaves no
+ * empty folder behind). Folders that existed before, or hold anything else, stay. */
+void run_dir_remove_if_unused(const char *dir);
+
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
  * mistyped command does not replace a trained model.mha and a resumable last.mha. With
  * overwrite (the user starts over) both are removed at once, so neither outlives its run;

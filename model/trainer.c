@@ -771,6 +771,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if ((rc = train_epochs(&r, &bt, opt, &stop, err)) || stop == STOP_PAUSED) goto out;
     rc = finish_run(&r, opt->quiet, err);
 out:
+    if (rc && !have_resume) run_dir_remove_if_unused(cfg->out_dir);
     batcher_free(&bt);
     free_run(&r, !have_resume);
     if (have_resume) checkpoint_free(&resume);

@@ -26,6 +26,10 @@ printf 'a\tgood line\nno tab here\n' >"$TMP/bad.tsv"
 tiny_config "$TMP/c.json" "$TMP/out"
 expect_exit 1 "bad.tsv:2:" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/bad.tsv" --set data.format=tsv --quiet
 expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --quiet
+[ ! -e "$TMP/out" ] || fail "a run that failed on its data left its new output folder behind: $(ls -A "$TMP/out")"
+mkdir "$TMP/kept"   # a folder that was there before stays, lock file and all
+expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --set output.dir="$TMP/kept" --quiet
+[ -d "$TMP/kept" ] || fail "a failed run removed an output folder it did not create"
 grep '^体育' data/sample/train.tsv >"$TMP/one.tsv"
 expect_exit 1 "one.tsv: every example has the label '体育' \(expected at least 2 classes" \
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/one.tsv" --quiet
