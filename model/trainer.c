@@ -289,6 +289,15 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         if ((rc = dataset_load(c->test, &ro, r->vocab, &r->labels, &r->test, err))) return rc;
         r->has_test = r->test.n > 0;
     }
+    /* the training examples again (the same file, or a copy): its scores would say nothing */
+    if (r->has_dev && dataset_fingerprint(&r->dev) == r->train_fingerprint)
+        fprintf(stderr, "mha-train: warning: %s holds the same examples as the training file %s: dev scores will "
+                "not tell how the model does on new text, nor pick the best model well (set data.dev to a held-out "
+                "file)\n", c->dev, c->train);
+    if (r->has_test && dataset_fingerprint(&r->test) == r->train_fingerprint)
+        fprintf(stderr, "mha-train: warning: %s holds the same examples as the training file %s: the test score "
+                "will not tell how the model does on new text (set data.test to a held-out file)\n", c->test,
+                c->train);
     return 0;
 }
 

@@ -197,12 +197,19 @@ cmp -s "$TMP/prof/last.mha" "$TMP/plain/last.mha" || {
   [ "$a" = "$b" ] || fail "--profile changed the trained parameters (predictions differ)"
 }
 
+# ---- the training file given as data.dev too: warned, the run goes on
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/samedev" --set data.dev=data/sample/train.tsv --max-steps 2 \
+  --quiet >/dev/null 2>"$TMP/samedev.err" || fail "dev = train: the run failed: $(tail -2 "$TMP/samedev.err")"
+grep -q "warning: .*train.tsv holds the same examples as the training file" "$TMP/samedev.err" \
+  || fail "dev = train: no warning: $(cat "$TMP/samedev.err")"
+
 # ---- --max-steps: the progress counts to where the run stops (stderr not a terminal here),
 # and says once that the schedule is longer
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/short" --max-steps 30 >/dev/null 2>"$TMP/short.err" \
   || fail "--max-steps 30 run failed: $(tail -3 "$TMP/short.err")"
 grep -q "^--max-steps 30: this run stops at update 30 of the schedule's 123 " "$TMP/short.err" \
   || fail "--max-steps: no note that the schedule goes on: $(grep -v '^[ {}]' "$TMP/short.err" | head -12)"
+! grep -q "same examples" "$TMP/short.err" || fail "the dev = train warning on a run with its own dev set"
 grep -q "^step 30/30 " "$TMP/short.err" && ! grep -q "^step [0-9]*/123 " "$TMP/short.err" \
   || fail "--max-steps: progress does not count to 30: $(grep '^step' "$TMP/short.err")"
 finish
