@@ -72,10 +72,11 @@ int labelmap_find_trimmed(const LabelMap *m, const char *s, size_t len) {
 /* "'a' (12 lines), 'b' (1 line)" for the max_shown unknown labels with the most lines (ties:
  * the first seen first), then ", and N more" */
 void dataset_unknown_labels_summary(const Dataset *d, int max_shown, char *buf, size_t cap) {
-    const int n = dataset_unknown_label_count(d);
+    int n = dataset_unknown_label_count(d);
     size_t w = 0;
     int shown = 0;
-    unsigned char used[MAX_UNKNOWN_LABELS] = {0};
+    unsigned char used[MAX_UNKNOWN_LABELS + 1] = {0};   /* the reader stops at one more than the most */
+    if (n > MAX_UNKNOWN_LABELS + 1) n = MAX_UNKNOWN_LABELS + 1;
     buf[0] = '\0';
     for (; shown < max_shown && shown < n; shown++) {
         int best = -1;

@@ -681,6 +681,19 @@ static void test_unknown_labels(void) {
                                                       "line 1); expected 'label<TAB>text': swap the columns with awk "
                                                       "-F'\\t' -v OFS='\\t' '{print $2, $1}' FILE > NEW", sw)),
           "swapped: %s", err.msg);
+    /* more distinct unknown labels than a report can hold: an error at the first one too many */
+    {
+        static char many[1100 * 16];
+        size_t w = (size_t)snprintf(many, sizeof many, "a\t好\n");
+        for (int i = 0; i <= MAX_UNKNOWN_LABELS; i++) w += (size_t)snprintf(many + w, sizeof many - w, "x%d\t好\n", i);
+        const char *p = put("u_many.tsv", many, w);
+        rc = dataset_load(p, &ko, v, &lm, &dd, &err);
+        char want[256];
+        snprintf(want, sizeof want, "%s:%d: more than %d distinct labels that do not occur in the training set "
+                 "('x0' (1 line), 'x1' (1 line), 'x2' (1 line), and %d more); expected the training set's labels (a, b): "
+                 "is it the right file for this model?", p, MAX_UNKNOWN_LABELS + 2, MAX_UNKNOWN_LABELS, MAX_UNKNOWN_LABELS - 2);
+        CHECK(rc == MHA_EXIT_DATA && !strcmp(err.msg, want), "too many unknown labels: %s", err.msg);
+    }
     /* a JSON label the reports could not show */
     const char *ctl = PUT("u_ctl.jsonl", "{\"label\": \"a\", \"text\": \"好\"}\n{\"label\": \"x\\ny\", \"text\": \"好\"}\n");
     rc = dataset_load(ctl, &ko, v, &lm, &dd, &err);
