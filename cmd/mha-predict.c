@@ -1,6 +1,8 @@
 /* cmd/mha-predict.c: labels text with a trained model, or evaluates a labelled file.
  *   mha-predict --model M [FILE|-]            label<TAB>prob per input line, in order
  *   mha-predict --model M --eval FILE|- [--json] accuracy, macro-F1, per-class, confusion
+ * M is a checkpoint or a run's folder (resolve_model); label<TAB>text input whose columns look
+ * swapped is refused (check_not_swapped, and the dataset reader for --eval).
  * Input is streamed in chunks (memory stays flat); a chunk is also cut whenever no more
  * input is ready, so interactive pipes get answers line by line (cmd/line_reader.c).
  * Exit status: 0 success, 1 runtime or data error, 2 usage error. */
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CHUNK_LINES 2048
@@ -39,7 +42,8 @@ static void usage(FILE *f) {
             "from FILE or standard input and writes one line per input line, in order.\n"
             "Options take their value as --name VALUE or --name=VALUE; -- ends them.\n"
             "\n"
-            "  --model M          checkpoint written by mha-train (model.mha or last.mha)\n"
+            "  --model M          checkpoint written by mha-train (model.mha or last.mha), or a\n"
+            "                     run's output folder (its model.mha)\n"
             "  --top-k K          K label/probability pairs per line (default 1)\n"
             "  --format F         output format: tsv (label<TAB>prob..., default) or jsonl\n"
             "  --input-format F   how input lines are read: auto (default: from the first non-empty\n"
@@ -49,7 +53,8 @@ static void usage(FILE *f) {
             "  --attention        jsonl with each line's tokens and attention weights\n"
             "                     (attention[layer][head][query][key], materialising path)\n"
             "  --eval FILE        evaluate a labelled file (- for standard input): accuracy,\n"
-            "                     macro-F1, per-class, confusion\n"
+            "                     macro-F1, per-class, confusion. Lines with a label the model\n"
+            "                     was not trained on count as errors (their labels as classes)\n"
             "  --json             with --eval: one JSON object instead of the text report\n"
             "  --batch-size N     examples per forward pass at most (default 64)\n"
             "  --batch-tokens N   padded tokens per forward pass at most (one longer text still\n"
@@ -319,6 +324,21 @@ static void note_detected_format(const char *name, long line_no, int format) {
             "to read whole lines as text\n", name, as, line_no, why, effect);
 }
 
+/* label<TAB>text input whose second column is (nearly) always a class name and whose first is
+ * not has its columns swapped: the predictions would be of the labels. Judged on the lines
+ * read before the first answer (a file's first 2048 lines; on a pipe, those that had come). */
+static int check_not_swapped(const Predictor *p, const char *name, long n, long text_is_class,
+                             long label_is_class, long first, MhaError *err) {
+    if (!columns_look_swapped(n, text_is_class, label_is_class)) return 0;
+    char known[512];
+    labelmap_list(&p->ck.labels, known, sizeof known);
+    return mha_fail(err, MHA_EXIT_DATA, "%s: the columns look swapped: in %ld of %ld lines the second column "
+                    "(the text, in label<TAB>text) is a label of the model (%s) and the first is not (first: "
+                    "line %ld); expected the text alone or 'label<TAB>text': swap the columns with "
+                    SWAP_COLUMNS_HINT ", or keep the text alone with cut -f1 FILE > NEW", name, text_is_class, n,
+                    known, first);
+}
+
 static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, MhaError *err) {
     LineReader *lr = calloc(1, sizeof *lr);
     lr->fd = STDIN_FILENO;
@@ -338,7 +358,11 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     int format = p->ro.format == FORMAT_AUTO ? -1 : p->ro.format;
     long line_no = 0, truncated_lines = 0, nul_lines = 0, bad_utf8_lines = 0, unknown_lines = 0;
     long unparsed_lines = 0, first_unparsed = 0;
-    char unparsed_why[256] = "";
+    char unparsed_why[512] = "";
+    /* label<TAB>text lines before the first answer: how many have a class name as the text, as
+     * the label (columns swapped?), and the first of the former */
+    long tsv_lines = 0, text_is_class = 0, label_is_class = 0, first_swapped = 0;
+    int swap_checked = 0;
     int truncated, write_failed = 0, rc = 0;
     long len;
     MhaError e;
@@ -368,8 +392,15 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             text = line;  /* not in the input's format: the whole line is the text, counted */
             if (unparsed_lines++ == 0) {
                 first_unparsed = line_no;
-                snprintf(unparsed_why, sizeof unparsed_why, "%.200s", e.msg);
+                snprintf(unparsed_why, sizeof unparsed_why, "%.480s", e.msg);
             }
+        } else if (format == FORMAT_TSV && !blank && !swap_checked) {   /* line: the label column now */
+            const int t = labelmap_find_trimmed(&p->ck.labels, text, strlen(text)) >= 0;
+            const int l = labelmap_find_trimmed(&p->ck.labels, line, strlen(line)) >= 0;
+            tsv_lines++;
+            text_is_class += t;
+            label_is_class += l;
+            if (t && !l && !first_swapped) first_swapped = line_no;
         }
         if (text && strlen(text) > text_max) {
             text[utf8_cut(text, text_max)] = '\0';
@@ -385,12 +416,17 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                     "further such lines are counted\n", name, line_no);
         /* a chunk is also cut at CHUNK_TOKENS, so memory stays flat with long lines too */
         if (c.ds.n == CHUNK_LINES || c.ds.offsets[c.ds.n] >= CHUNK_TOKENS || !line_reader_ready(lr)) {
+            if (!swap_checked && (swap_checked = 1) &&
+                (rc = check_not_swapped(p, name, tsv_lines, text_is_class, label_is_class, first_swapped, err)))
+                break;
             if ((rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err))) break;
             c.ds.n = 0;
             if (ferror(stdout)) { write_failed = errno ? errno : EIO; break; }
         }
     }
     errno = 0;
+    if (c.ds.n && !write_failed && !rc && !swap_checked)
+        rc = check_not_swapped(p, name, tsv_lines, text_is_class, label_is_class, first_swapped, err);
     if (c.ds.n && !write_failed && !rc) rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
@@ -437,33 +473,92 @@ static void report_eval_counts(const Dataset *ds, const char *name, int max_line
                 lines_word(ds->n_long), max_line_bytes, was_were(ds->n_long));
 }
 
+/* Lines whose label the model was not trained on: evaluated (every one an error), said once. */
+static void note_unknown_labels(const Dataset *ds, const char *name) {
+    if (!ds->n_unknown_label) return;
+    char seen[768];
+    dataset_unknown_labels_summary(ds, 5, seen, sizeof seen);
+    const long n = ds->n_known_label + ds->n_unknown_label;
+    fprintf(stderr, "mha-predict: note: %s: %ld of %ld %s %s a label the model was not trained on (first: line "
+            "%ld): %s. %s: in accuracy's denominator, and each label as a class of its own (recall 0, F1 0) "
+            "in macro-F1; the loss leaves %s out\n", name, ds->n_unknown_label, n,
+            lines_word(n), ds->n_unknown_label == 1 ? "has" : "have", ds->first_unknown_label, seen,
+            ds->n_unknown_label == 1 ? "It is predicted and counts as an error" : "They are predicted and count as errors",
+            ds->n_unknown_label == 1 ? "it" : "them");
+}
+
 static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
     Dataset ds;
     int from_stdin = strcmp(path, "-") == 0;
     const char *name = from_stdin ? "<stdin>" : path;
     /* standard input is read through /dev/stdin (descriptor 0 itself: a pipe or socket works too) */
+    p->ro.keep_unknown_labels = 1;   /* classes K, K + 1, ...: wrong whatever the model predicts */
     int rc = dataset_load_named(from_stdin ? "/dev/stdin" : path, name, &p->ro, p->ck.vocab, &p->ck.labels,
                                 &ds, err);
     if (rc) return rc;
     report_eval_counts(&ds, name, p->ro.max_line_bytes);
     dataset_print_notes(&ds, name, "mha-predict", stderr);
     if (ds.n == 0) { dataset_free(&ds); return mha_fail(err, MHA_EXIT_DATA, "%s: no labelled examples", name); }
+    note_unknown_labels(&ds, name);
+    /* the report's classes: the model's, then the labels it does not know (the metrics' K + j) */
+    const int K = p->ck.labels.n, U = dataset_unknown_label_count(&ds);
+    char **names = malloc((size_t)(K + U) * sizeof *names);
     Metrics m;
-    if (evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m) != EVAL_OK) {
+    if (!names ||
+        evaluate_dataset(&p->model, &ds, p->batch_size, p->cfg.max_len, p->truncate, p->add_cls, &m) != EVAL_OK) {
+        free(names);
         dataset_free(&ds);
         return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory evaluating in batches of %d x %d tokens (try a "
                         "smaller --batch-size)", name, p->batch_size, p->cfg.max_len);
     }
+    for (int k = 0; k < K; k++) names[k] = p->ck.labels.names[k];
+    for (int j = 0; j < U; j++) names[K + j] = (char *)dataset_unknown_label(&ds, j, NULL);
     if (json) {
-        char *s = metrics_to_json(&m, p->ck.labels.names);
+        char *s = metrics_to_json(&m, names);
         printf("%s\n", s);
         free(s);
     } else {
         printf("%s\n", name);
-        metrics_print(&m, p->ck.labels.names, stdout);
+        metrics_print(&m, names, stdout);
     }
+    free(names);
     metrics_free(&m);
     dataset_free(&ds);
+    return 0;
+}
+
+/* --model ARG: a checkpoint, or a run's output folder (its model.mha), into path. A model.mha
+ * that is missing where a last.mha lies beside it belongs to a run that has not finished (or
+ * was stopped before it saved one): an error that names both ways on. Other failures are
+ * left to checkpoint_load, which names them. */
+static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err) {
+    struct stat st;
+    char dir[4096];
+    size_t n = strlen(arg);
+    if (n >= sizeof dir - 16) { snprintf(path, cap, "%s", arg); return 0; }
+    const int is_dir = stat(arg, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir) {
+        while (n > 1 && arg[n - 1] == '/') n--;   /* DIR/ -> DIR */
+        snprintf(dir, sizeof dir, "%.*s", (int)n, arg);
+        snprintf(path, cap, "%s/model.mha", dir);
+    } else {
+        snprintf(path, cap, "%s", arg);
+        if (stat(arg, &st) == 0 || errno != ENOENT) return 0;   /* there: checkpoint_load reads or refuses it */
+        const char *slash = strrchr(arg, '/');
+        if (slash) snprintf(dir, sizeof dir, "%.*s", slash == arg ? 1 : (int)(slash - arg), arg);
+        else snprintf(dir, sizeof dir, ".");
+        if (!strcmp(slash ? slash + 1 : arg, "last.mha")) return 0;
+    }
+    if (stat(path, &st) == 0 || errno != ENOENT) return 0;
+    char last[4200];
+    snprintf(last, sizeof last, "%s%slast.mha", dir, dir[strlen(dir) - 1] == '/' ? "" : "/");
+    if (stat(last, &st) == 0 && S_ISREG(st.st_mode))
+        return mha_fail(err, MHA_EXIT_DATA, "%s: no such file: the run in %s has not finished (or was stopped "
+                        "before it saved its model): %s holds its latest parameters (mha-predict --model %s), "
+                        "or finish the run with mha-train --resume %s", path, dir, last, last, last);
+    if (is_dir)
+        return mha_fail(err, MHA_EXIT_DATA, "%s is a folder, not a regular file, and holds no model.mha or "
+                        "last.mha (expected an mha checkpoint, or the output folder of an mha-train run)", dir);
     return 0;
 }
 
@@ -596,7 +691,13 @@ int main(int argc, char **argv) {
 
     Predictor p;
     MhaError err = {0};
-    rc = load_predictor(&p, a.model, a.batch_size, a.threads, a.device, a.precision, a.attention, &err);
+    char model[4200];
+    format_hint_set_cli(1);   /* a line in another format: "give --input-format ..." */
+    if ((rc = resolve_model(a.model, model, sizeof model, &err))) {
+        fprintf(stderr, "mha-predict: error: %s\n", err.msg);
+        return rc;
+    }
+    rc = load_predictor(&p, model, a.batch_size, a.threads, a.device, a.precision, a.attention, &err);
     p.ro.format = input_format;   /* auto: each input's own format, whatever the training file's was */
     if (rc == 0)   /* on the cpu by default: batches that keep a thread's forward pass in its cache */
         evaluate_set_max_tokens(a.batch_tokens >= 0 ? a.batch_tokens

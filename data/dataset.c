@@ -48,8 +48,7 @@ void labelmap_free(LabelMap *m) {
     m->n = 0;
 }
 
-/* "a, b, c" (shortened with ", ..." to fit), for error messages */
-static void known_labels(const LabelMap *m, char *buf, size_t cap) {
+void labelmap_list(const LabelMap *m, char *buf, size_t cap) {
     size_t w = 0;
     buf[0] = '\0';
     for (int i = 0; i < m->n; i++) {
@@ -60,6 +59,48 @@ static void known_labels(const LabelMap *m, char *buf, size_t cap) {
         }
         w += (size_t)snprintf(buf + w, cap - w, "%s%s", i ? ", " : "", m->names[i]);
     }
+}
+
+int labelmap_find_trimmed(const LabelMap *m, const char *s, size_t len) {
+    char buf[512];
+    if (len >= sizeof buf) return -1;   /* no label is that long */
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return labelmap_find(m, utf8_trim_blank(buf));
+}
+
+/* "'a' (12 lines), 'b' (1 line)" for the max_shown unknown labels with the most lines (ties:
+ * the first seen first), then ", and N more" */
+void dataset_unknown_labels_summary(const Dataset *d, int max_shown, char *buf, size_t cap) {
+    int n = dataset_unknown_label_count(d);
+    size_t w = 0;
+    int shown = 0;
+    unsigned char used[MAX_UNKNOWN_LABELS + 1] = {0};   /* the reader stops at one more than the most */
+    if (n > MAX_UNKNOWN_LABELS + 1) n = MAX_UNKNOWN_LABELS + 1;
+    buf[0] = '\0';
+    for (; shown < max_shown && shown < n; shown++) {
+        int best = -1;
+        long best_count = 0, c;
+        for (int j = 0; j < n; j++) {
+            dataset_unknown_label(d, j, &c);
+            if (!used[j] && c > best_count) best = j, best_count = c;
+        }
+        used[best] = 1;
+        const char *name = dataset_unknown_label(d, best, NULL);
+        size_t len = strlen(name);
+        int cut = (int)(len > 60 ? utf8_cut(name, 60) : len);
+        w += (size_t)snprintf(buf + w, w < cap ? cap - w : 0, "%s'%.*s%s' (%ld line%s)", shown ? ", " : "", cut,
+                              name, (size_t)cut < len ? "..." : "", best_count, best_count == 1 ? "" : "s");
+    }
+    if (n > shown && w < cap) snprintf(buf + w, cap - w, ", and %d more", n - shown);
+}
+
+int dataset_unknown_label_count(const Dataset *d) {
+    return d->unknown_labels ? vocab_counter_size(d->unknown_labels) : 0;
+}
+
+const char *dataset_unknown_label(const Dataset *d, int j, long *count) {
+    return vocab_counter_token(d->unknown_labels, j, NULL, count);
 }
 
 /* ---- what a user may not expect -------------------------------------------------------- */
@@ -157,19 +198,45 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
     Dataset *d = r->d;
     const ReadOptions *o = r->o;
     int32_t lab = -1;
+    /* a new label (a class, or a row of the --eval report): a JSON label can hold any
+     * character, which the reports could not show */
+    const int new_label = label && (r->train || (r->labels && o->keep_unknown_labels &&
+                                                 labelmap_find(r->labels, label) < 0));
+    for (const char *c = label; new_label && *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7F)
+            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.200s' holds the control character 0x%02X "
+                            "(expected a label of printable text: a tab or line break would break the "
+                            "one-line-per-text output)", r->name, line_no, label, (unsigned char)*c);
     if (label && r->train) {
-        for (const char *c = label; *c; c++)   /* a JSON label can hold any: the reports could not show it */
-            if ((unsigned char)*c < 0x20 || *c == 0x7F)
-                return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.200s' holds the control character 0x%02X "
-                                "(expected a label of printable text: a tab or line break would break the "
-                                "one-line-per-text output)", r->name, line_no, label, (unsigned char)*c);
         lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));
         if (lab < 0) return oom(err, r->name);
     } else if (label && r->labels) {
         lab = labelmap_find(r->labels, label);
-        if (lab < 0) {
+        d->n_text_is_label += labelmap_find_trimmed(r->labels, text, tlen) >= 0;   /* swapped columns? */
+        if (lab >= 0) {
+            d->n_known_label++;
+        } else if (o->keep_unknown_labels) {   /* class K + j: evaluated, and wrong whatever is predicted */
+            if (!d->unknown_labels && !(d->unknown_labels = vocab_counter_new())) return oom(err, r->name);
+            int32_t j = vocab_counter_intern(d->unknown_labels, label, (int)strlen(label));
+            if (j < 0) return oom(err, r->name);
+            if (!d->n_unknown_label++) d->first_unknown_label = line_no;
+            if (j >= MAX_UNKNOWN_LABELS) {
+                char known[512], seen[512];
+                labelmap_list(r->labels, known, sizeof known);
+                dataset_unknown_labels_summary(d, 3, seen, sizeof seen);
+                const long n = d->n_known_label + d->n_unknown_label;
+                return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: more than %d distinct labels that do not occur in "
+                                "the training set (%s); expected the training set's labels (%s): %s", r->name,
+                                line_no, MAX_UNKNOWN_LABELS, seen, known,
+                                columns_look_swapped(n, d->n_text_is_label, d->n_known_label)
+                                    ? "the texts are labels: are the columns swapped? (swap them with "
+                                      SWAP_COLUMNS_HINT ")"
+                                    : "is it the right file for this model?");
+            }
+            lab = r->labels->n + j;
+        } else {
             char known[1024];
-            known_labels(r->labels, known, sizeof known);
+            labelmap_list(r->labels, known, sizeof known);
             const char *hint = strstr(label, "\xEF\xBF\xBD")
                                    ? "; the label held bytes that are not UTF-8, read as U+FFFD: if "
                                      "the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'"
@@ -261,6 +328,30 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
     return 0;
 }
 
+/* keep_unknown_labels, once the file is read: a file whose texts are the labels (columns
+ * swapped), or that has no label of the training set at all (another dataset's file?), is an
+ * error rather than an evaluation where every line is wrong. */
+static int check_unlabelmap_list(Reader *r, MhaError *err) {
+    const Dataset *d = r->d;
+    const long n = d->n_known_label + d->n_unknown_label;   /* labelled lines */
+    char known[512], seen[512];
+    if (!d->n_unknown_label) return 0;
+    labelmap_list(r->labels, known, sizeof known);
+    dataset_unknown_labels_summary(d, 3, seen, sizeof seen);
+    if (columns_look_swapped(n, d->n_text_is_label, d->n_known_label))
+        return mha_fail(err, MHA_EXIT_DATA, "%s: the label and text look swapped: in %ld of %ld lines the text "
+                        "is a label of the training set (%s) and the label is not (first: line %ld); expected "
+                        "%s", r->name, d->n_text_is_label, n, known, d->first_unknown_label,
+                        d->format == FORMAT_TSV ? "'label<TAB>text': swap the columns with " SWAP_COLUMNS_HINT
+                        : d->format == FORMAT_JSONL ? JSONL_SHAPE ": swap the two fields' values"
+                                                    : "'__label__LABEL text'");
+    if (!d->n_known_label)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: none of its %ld labelled lines has a label of the training set "
+                        "(its labels: %s; the training set's: %s): is it the right file for this model?",
+                        r->name, n, seen, known);
+    return 0;
+}
+
 /* Reads the file r->path into r->d (dataset_load_train and dataset_load). */
 static int read_examples(Reader *r, MhaError *err) {
     const ReadOptions *o = r->o;
@@ -299,10 +390,11 @@ static int read_examples(Reader *r, MhaError *err) {
         if (format == FORMAT_AUTO) {
             format = detect_format(s);
             if (format == FORMAT_PLAIN && need_label) {
+                char hint[320];
                 rc = mha_fail(err, MHA_EXIT_DATA,
                               "%s:%ld: cannot tell the format: no tab, no __label__ prefix, no JSON "
-                              "object (expected 'label<TAB>text', '__label__LABEL text' or " JSONL_SHAPE ")",
-                              r->name, line_no);
+                              "object (expected 'label<TAB>text', '__label__LABEL text' or " JSONL_SHAPE ")%s",
+                              r->name, line_no, format_hint(s, FORMAT_PLAIN, hint, sizeof hint));
                 break;
             }
         }
@@ -360,6 +452,8 @@ static int read_examples(Reader *r, MhaError *err) {
     if (!rc && ferror(f))
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->name, line_no,
                       strerror(errno ? errno : EIO));
+    d->format = format;
+    if (!rc && d->n > 0 && r->labels && o->keep_unknown_labels) rc = check_unlabelmap_list(r, err);
     if (!rc && d->n == 0) {
         char why[160] = "";   /* what the non-empty lines were */
         if (d->n_no_text)
@@ -500,6 +594,7 @@ uint64_t dataset_fingerprint(const Dataset *d) {
 
 void dataset_free(Dataset *d) {
     if (!d) return;
+    vocab_counter_free(d->unknown_labels);
     free(d->labels);
     free(d->offsets);
     free(d->ids);

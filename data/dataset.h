@@ -20,11 +20,20 @@ typedef struct {
                                    boundary and counted in n_long; <= 0: no limit */
     int skip_no_text;           /* skip labelled lines without text (the training file: they
                                    teach nothing); dataset_load_train always does */
+    int keep_unknown_labels;    /* dataset_load with a label map (mha-predict --eval): a label the
+                                   map lacks is not an error but class labels->n + j, j its index
+                                   in Dataset.unknown_labels; the file is still refused when no
+                                   line has a known label, or its columns look swapped */
 } ReadOptions;
 
 /* Class names, sorted (strcmp order of UTF-8 bytes), from the training set. */
 typedef struct { int n; char **names; } LabelMap;
 int labelmap_find(const LabelMap *m, const char *name);          /* -1 when absent */
+/* The same for the len bytes at s with blanks around them trimmed (s is not changed): is a
+ * text a label? (its columns swapped) */
+int labelmap_find_trimmed(const LabelMap *m, const char *s, size_t len);
+/* "a, b, c" (shortened with ", ..." to fit cap), for messages */
+void labelmap_list(const LabelMap *m, char *buf, size_t cap);
 void labelmap_free(LabelMap *m);
 
 typedef struct {
@@ -43,6 +52,13 @@ typedef struct {
     long n_no_text, first_no_text;  /* labelled lines whose text is empty or spaces: skipped in the
                                        training file (nothing to learn from), kept in others */
     int no_text_skipped;        /* they were skipped (ReadOptions.skip_no_text) */
+    int format;                 /* FORMAT_* the lines were read as (AUTO: no line decided it) */
+    /* dataset_load with a label map: */
+    long n_known_label;         /* lines whose label is in the map */
+    long n_text_is_label;       /* lines whose text (blanks trimmed) is a label of the map */
+    VocabCounter *unknown_labels;   /* keep_unknown_labels: the labels not in the map, in order of
+                                       first occurrence, each counted per line; NULL: none */
+    long n_unknown_label, first_unknown_label;   /* lines with such a label; the first one's number */
     int ex_cap;                 /* room in labels and line_no (offsets: one more) */
     size_t ids_cap;             /* room in ids */
 } Dataset;
@@ -74,6 +90,16 @@ int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
 int dataset_load_named(const char *path, const char *name, const ReadOptions *o, const Vocab *vocab,
                        const LabelMap *labels, Dataset *out, MhaError *err);
 void dataset_free(Dataset *d);
+/* keep_unknown_labels: how many distinct labels the map lacked (their classes are K .. K + n - 1
+ * for a map of K labels); the name of the j-th and, when count is not NULL, its lines. */
+int dataset_unknown_label_count(const Dataset *d);
+const char *dataset_unknown_label(const Dataset *d, int j, long *count);
+/* Most distinct unknown labels a file may have (each is a row of the --eval report): more
+ * means the wrong file, or labels and texts swapped; an error names both. */
+#define MAX_UNKNOWN_LABELS 1000
+/* "'a' (12 lines), 'b' (1 line), and 3 more": the max_shown unknown labels with the most
+ * lines, for messages (cut to fit cap). */
+void dataset_unknown_labels_summary(const Dataset *d, int max_shown, char *buf, size_t cap);
 /* 64-bit FNV-1a of the examples as read (count, labels, token ids): a run stores its training
  * set's, so that --resume can tell the data changed under it. */
 uint64_t dataset_fingerprint(const Dataset *d);

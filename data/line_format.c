@@ -31,6 +31,36 @@ int detect_format(const char *first_line) {
     return FORMAT_PLAIN;
 }
 
+static int hint_cli;   /* format_hint_set_cli */
+
+void format_hint_set_cli(int cli) { hint_cli = cli != 0; }
+
+const char *format_hint(const char *line, int expected, char *buf, size_t cap) {
+    const char *s = skip_bom_spaces(line);
+    int like = strncmp(s, "__label__", 9) == 0 ? FORMAT_FASTTEXT : *s == '{' ? FORMAT_JSONL
+               : strchr(s, '\t') ? FORMAT_TSV : -1;
+    buf[0] = '\0';
+    if (like < 0 && strchr(s, ',')) {   /* a comma and no tab: CSV, which mha does not read */
+        snprintf(buf, cap, "; the line looks like CSV (comma-separated), and mha reads TSV: convert "
+                 "simple CSV with sed 's/,/\\t/' FILE > NEW (the first comma of each line becomes a tab; "
+                 "for quoted fields use Python's csv module)");
+        return buf;
+    }
+    if (like < 0 || like == expected) return buf;
+    static const char *const names[] = {"", "tsv", "fasttext", "jsonl"};
+    static const char *const looks[] = {"", "TSV", "fastText", "JSON Lines"};
+    if (hint_cli)
+        snprintf(buf, cap, "; the line looks like %s: give --input-format %s (or auto)", looks[like], names[like]);
+    else
+        snprintf(buf, cap, "; the line looks like %s: set data.format to \"%s\" (or \"auto\")", looks[like],
+                 names[like]);
+    return buf;
+}
+
+int columns_look_swapped(long n, long text_is_class, long label_is_class) {
+    return n > 0 && text_is_class > 0 && 10 * text_is_class >= 9 * n && 10 * label_is_class <= n;
+}
+
 static const char *json_kind(const cJSON *j) {
     if (cJSON_IsNull(j)) return "null";
     if (cJSON_IsBool(j)) return "a boolean";
@@ -63,9 +93,11 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         json_syntax_check(line, n, &at, &expected);   /* keeps cJSON's answer if it passes */
         char near[32];
         json_excerpt(near, line, n, at);
+        char hint[320];
         return mha_fail(err, MHA_EXIT_DATA,
                         "bad JSON at byte offset %zu%s%s%s (expected %s); each line holds one JSON "
-                        "object " JSONL_SHAPE, at, *near ? " near '" : "", near, *near ? "'" : "", expected);
+                        "object " JSONL_SHAPE "%s", at, *near ? " near '" : "", near, *near ? "'" : "", expected,
+                        format_hint(line, FORMAT_JSONL, hint, sizeof hint));
     }
     int rc = 0;
     char num[32];
@@ -142,9 +174,10 @@ static int parse_fields(char *line, int format, char **label, char **text, MhaEr
         return 0;
     case FORMAT_TSV: {
         char *tab = strchr(line, '\t');
+        char hint[320];
         if (!tab)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "no tab between label and text (expected 'label<TAB>text')");
+            return mha_fail(err, MHA_EXIT_DATA, "no tab between label and text (expected 'label<TAB>text')%s",
+                            format_hint(line, FORMAT_TSV, hint, sizeof hint));
         *tab = '\0';
         *text = tab + 1;
         if (!label) return 0;
@@ -158,9 +191,10 @@ static int parse_fields(char *line, int format, char **label, char **text, MhaEr
     case FORMAT_FASTTEXT: {
         char *p = line;
         while (*p == ' ') p++;
+        char hint[320];
         if (strncmp(p, "__label__", 9) != 0)
-            return mha_fail(err, MHA_EXIT_DATA,
-                            "missing __label__ prefix (expected '__label__LABEL text')");
+            return mha_fail(err, MHA_EXIT_DATA, "missing __label__ prefix (expected '__label__LABEL text')%s",
+                            format_hint(line, FORMAT_FASTTEXT, hint, sizeof hint));
         p += 9;
         char *l = p;
         while (*p && !is_line_space(*p)) p++;

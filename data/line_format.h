@@ -5,6 +5,7 @@
 #define MHA_DATA_LINE_FORMAT_H
 
 #include "data/error.h"
+#include <stddef.h>
 
 enum { FORMAT_AUTO = 0, FORMAT_TSV, FORMAT_FASTTEXT, FORMAT_JSONL, FORMAT_PLAIN };
 
@@ -24,6 +25,23 @@ int parse_line(char *line, int format, char **label, char **text, MhaError *err)
  * neither read nor checked; the line must still have the format's shape (a tab, __label__,
  * a JSON object with a "text" string). */
 int parse_text(char *line, int format, char **text, MhaError *err);
+
+/* Which format a line that failed to parse as `expected` looks like, as the end of the error
+ * message in buf: "; the line looks like JSON Lines: set data.format to \"jsonl\" (or
+ * \"auto\")", the same for fastText and TSV, or a CSV line (commas, no tab) with a way to
+ * convert it; "" when it looks like nothing else. Returns buf. */
+const char *format_hint(const char *line, int expected, char *buf, size_t cap);
+/* How format_hint says which format to choose: 0 (the default) the config key data.format,
+ * 1 mha-predict's --input-format. Process-wide. */
+void format_hint_set_cli(int cli);
+
+/* Label and text columns swapped, judged over n labelled lines of which text_is_class have a
+ * text that is (after blanks are trimmed) one of the model's class names and label_is_class a
+ * label that is: nearly always the text (90% of the lines, one at least) and nearly never the
+ * label (10% at most). */
+int columns_look_swapped(long n, long text_is_class, long label_is_class);
+/* How to swap two tab-separated columns, for the messages that say they look swapped. */
+#define SWAP_COLUMNS_HINT "awk -F'\\t' -v OFS='\\t' '{print $2, $1}' FILE > NEW"
 
 /* The whitespace of a line (not '\n'): what an empty line holds and what separates a
  * fastText label from its text. */

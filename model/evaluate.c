@@ -47,8 +47,17 @@ long evaluate_cpu_max_tokens(int d_model, int d_ff) {
     return rows > CPU_BATCH_MIN_TOKENS ? rows : CPU_BATCH_MIN_TOKENS;
 }
 
-static void forward_batch(Model *m, const Batch *b, int with_labels) {
-    model_forward(m, b->ids, b->lengths, with_labels ? b->labels : NULL, b->B, b->T, 0, 0);
+/* A label the model does not know (mha-predict --eval's gold labels past its K classes) goes
+ * to the forward pass as class 0, through `scratch` (room for b->B labels; NULL when the
+ * dataset has no such label): the model has no probability for it, so its loss means nothing,
+ * and metrics_add leaves it out. The batch itself keeps the real label. */
+static void forward_batch(Model *m, const Batch *b, int with_labels, int32_t *scratch) {
+    const int32_t *labels = with_labels ? b->labels : NULL;
+    if (labels && scratch) {
+        for (int j = 0; j < b->B; j++) scratch[j] = b->labels[j] >= 0 && b->labels[j] < m->d.K ? b->labels[j] : 0;
+        labels = scratch;
+    }
+    model_forward(m, b->ids, b->lengths, labels, b->B, b->T, 0, 0);
 }
 
 /* Hands every example of b to `sink`: probs (B, K), losses (B) or NULL. */
@@ -119,7 +128,8 @@ static void batch_copy(Batch *dst, const Batch *src) {
  * model take nothing. Inside a worker every op's own OpenMP region runs on that one thread:
  * nthreads-var is 1 in the worker's task (whatever OMP_MAX_ACTIVE_LEVELS allows), so
  * omp_get_max_threads() is 1 there and the ops size their work and scratch for one thread. */
-static void forward_round(Model **models, int W, Slot *slots, int n, int with_labels) {
+static void forward_round(Model **models, int W, Slot *slots, int n, int with_labels, int32_t *scratch,
+                          int Bmax) {
     int taken = 0;   /* batches handed out so far */
 #pragma omp parallel
     {
@@ -133,7 +143,7 @@ static void forward_round(Model **models, int W, Slot *slots, int n, int with_la
             j = taken++;
             if (j >= n) break;
             Slot *s = &slots[n - 1 - j];
-            forward_batch(mw, &s->batch, with_labels);
+            forward_batch(mw, &s->batch, with_labels, scratch ? scratch + (size_t)t * Bmax : NULL);
             memcpy(s->probs, mw->h_probs, (size_t)s->batch.B * K * sizeof *s->probs);
             if (with_labels) memcpy(s->losses, mw->h_losses, (size_t)s->batch.B * sizeof *s->losses);
         }
@@ -141,9 +151,11 @@ static void forward_round(Model **models, int W, Slot *slots, int n, int with_la
 }
 
 /* Rounds of batches: copied, run on W workers, then handed to the sinks in batch order (with
- * m, whose activations are not those of the batch). Returns 0, or -1 with nothing run when
- * memory for two workers and their round is lacking. */
-static int run_parallel(Model *m, Batcher *bt, int W, int with_labels, ExampleSink sink, void *ctx) {
+ * m, whose activations are not those of the batch); scratch: NULL, or room for W batches'
+ * labels (forward_batch). Returns 0, or -1 with nothing run when memory for two workers and
+ * their round is lacking. */
+static int run_parallel(Model *m, Batcher *bt, int W, int with_labels, int32_t *scratch, ExampleSink sink,
+                        void *ctx) {
     W = model_replicas(m, W - 1) + 1;
     const int R = W * ROUND_PER_WORKER;
     Model **models = malloc((size_t)W * sizeof *models);
@@ -156,7 +168,7 @@ static int run_parallel(Model *m, Batcher *bt, int W, int with_labels, ExampleSi
         const Batch *b;
         while (n < R && (b = batcher_next(bt)) != NULL) batch_copy(&slots[n++].batch, b);
         if (n == 0) break;
-        forward_round(models, W, slots, n, with_labels);
+        forward_round(models, W, slots, n, with_labels, scratch, bt->batch_size);
         for (int i = 0; i < n; i++)
             sink_batch(m, &slots[i].batch, slots[i].probs, with_labels ? slots[i].losses : NULL, sink, ctx);
     }
@@ -178,14 +190,21 @@ static int run_batches(Model *m, const Dataset *ds, int batch_size, int max_len,
     batcher_set_max_tokens(&bt, reads_model ? 0 : max_tokens);
     batcher_start_epoch(&bt, 0, 0, 0);
     int W = reads_model ? 1 : worker_count(m, bt.n_batches), rc = EVAL_OK;
-    if (W <= 1 || run_parallel(m, &bt, W, with_labels, sink, ctx) != 0) {
+    int32_t *scratch = NULL;   /* labels the model does not know: a copy per worker (forward_batch) */
+    if (with_labels && dataset_unknown_label_count(ds) > 0 &&
+        !(scratch = malloc((size_t)W * bt.batch_size * sizeof *scratch))) {
+        batcher_free(&bt);
+        return EVAL_NO_MEMORY;
+    }
+    if (W <= 1 || run_parallel(m, &bt, W, with_labels, scratch, sink, ctx) != 0) {
         const Batch *b;
         while ((b = batcher_next(&bt)) != NULL) {
             if (cancel_flag && *cancel_flag) { rc = EVAL_CANCELLED; break; }
-            forward_batch(m, b, with_labels);
+            forward_batch(m, b, with_labels, scratch);
             sink_batch(m, b, m->h_probs, with_labels ? m->h_losses : NULL, sink, ctx);
         }
     }
+    free(scratch);
     batcher_free(&bt);
     return rc;
 }
@@ -205,7 +224,7 @@ static void eval_sink(void *ctx, const Model *m, const Batch *b, int row, const 
 
 int evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
                      int add_cls, Metrics *out) {
-    if (metrics_init(out, m->d.K) != 0) return EVAL_NO_MEMORY;
+    if (metrics_init_unknown(out, m->d.K, dataset_unknown_label_count(ds)) != 0) return EVAL_NO_MEMORY;
     EvalCtx e = {out, m->d.K};
     int rc = run_batches(m, ds, batch_size, max_len, truncate, add_cls, 1, 0, eval_sink, &e);
     if (rc != EVAL_OK) metrics_free(out);

@@ -45,8 +45,10 @@ enum { EVAL_OK = 0, EVAL_NO_MEMORY = 1, EVAL_CANCELLED = 2 };
  * Process-wide, like evaluate_set_workers. */
 void evaluate_set_cancel_flag(volatile sig_atomic_t *flag);
 
-/* Evaluate all of ds (which must carry labels) into metrics (initialised here, K classes).
- * EVAL_OK, or another EVAL_ value with *out freed. */
+/* Evaluate all of ds (which must carry labels) into metrics (initialised here, K classes,
+ * and one more per label of ds the model does not know: dataset_unknown_label_count, whose
+ * lines count as errors and stay out of the loss). EVAL_OK, or another EVAL_ value with *out
+ * freed. */
 int evaluate_dataset(Model *m, const Dataset *ds, int batch_size, int max_len, int truncate,
                      int add_cls, Metrics *out);
 

@@ -4,12 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-int metrics_init(Metrics *m, int K) {
-    m->K = K;
-    m->confusion = calloc((size_t)K * K, sizeof *m->confusion);
-    m->n = 0;
+int metrics_init(Metrics *m, int K) { return metrics_init_unknown(m, K, 0); }
+
+int metrics_init_unknown(Metrics *m, int K, int n_unknown) {
+    m->K = K + n_unknown;
+    m->K_model = K;
+    m->confusion = calloc((size_t)m->K * m->K, sizeof *m->confusion);
+    m->n = m->n_loss = 0;
     m->loss_sum = 0.0;
     return m->confusion ? 0 : -1;
+}
+
+long metrics_unknown(const Metrics *m) {
+    long n = 0;
+    for (size_t i = (size_t)m->K_model * m->K; i < (size_t)m->K * m->K; i++) n += m->confusion[i];
+    return n;
 }
 
 void metrics_free(Metrics *m) {
@@ -20,7 +29,10 @@ void metrics_free(Metrics *m) {
 void metrics_add(Metrics *m, int truth, int predicted, double loss) {
     m->confusion[(size_t)truth * m->K + predicted]++;
     m->n++;
-    m->loss_sum += loss;
+    if (truth < m->K_model) {
+        m->loss_sum += loss;
+        m->n_loss++;
+    }
 }
 
 double metrics_accuracy(const Metrics *m) {
@@ -29,7 +41,7 @@ double metrics_accuracy(const Metrics *m) {
     return m->n ? (double)right / m->n : 0.0;
 }
 
-double metrics_loss(const Metrics *m) { return m->n ? m->loss_sum / m->n : 0.0; }
+double metrics_loss(const Metrics *m) { return m->n_loss ? m->loss_sum / m->n_loss : 0.0; }
 
 void metrics_class(const Metrics *m, int k, double *precision, double *recall, double *f1, long *support) {
     long tp = m->confusion[(size_t)k * m->K + k], predicted = 0, actual = 0;
@@ -84,9 +96,22 @@ static void pad_print(FILE *out, const char *s, int width) {
     for (int i = display_width(s); i < width; i++) fputc(' ', out);
 }
 
+#define UNKNOWN_MARK " (unknown)"   /* after the name of a gold label the model does not know */
+
+/* names[k], and UNKNOWN_MARK for a class the model does not know, padded to width columns */
+static void name_print(FILE *out, const Metrics *m, char *const *names, int k, int width) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s%s", names[k], k >= m->K_model ? UNKNOWN_MARK : "");
+    pad_print(out, buf, width);
+}
+
 void metrics_print(const Metrics *m, char *const *names, FILE *out) {
     int w = 7;
-    for (int k = 0; k < m->K; k++) if (display_width(names[k]) > w) w = display_width(names[k]);
+    const int mark = (int)strlen(UNKNOWN_MARK);
+    for (int k = 0; k < m->K; k++) {
+        int nw = display_width(names[k]) + (k >= m->K_model ? mark : 0);
+        if (nw > w) w = nw;
+    }
     fprintf(out, "accuracy %.4f  macro-F1 %.4f  loss %.4f  n %ld\n\n", metrics_accuracy(m),
             metrics_macro_f1(m), metrics_loss(m), m->n);
     pad_print(out, "class", w);
@@ -96,7 +121,7 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
         double p, r, f;
         long s;
         metrics_class(m, k, &p, &r, &f, &s);
-        pad_print(out, names[k], w);
+        name_print(out, m, names, k, w);
         if (class_seen(m, k)) {
             fprintf(out, "  %9.4f  %6.4f  %6.4f  %7ld\n", p, r, f, s);
         } else {
@@ -107,6 +132,11 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
     if (unseen)
         fprintf(out, "(-: %d class%s neither in the labels nor predicted, left out of macro-F1, which "
                 "averages the other %d)\n", unseen, unseen == 1 ? "" : "es", m->K - unseen);
+    const long unknown = metrics_unknown(m);
+    if (m->K > m->K_model)
+        fprintf(out, "(unknown: %d label%s the model was not trained on, in %ld of the %ld lines: counted as "
+                "errors, with recall 0 and F1 0 in macro-F1; the loss is the mean over the other %ld)\n",
+                m->K - m->K_model, m->K - m->K_model == 1 ? "" : "s", unknown, m->n, m->n_loss);
     /* rows "INDEX LABEL": the index right-aligned to the widest, the label padded to w */
     int iw = snprintf(NULL, 0, "%d", m->K > 0 ? m->K - 1 : 0);
     fprintf(out, "\nconfusion matrix (rows: true, columns: predicted)\n");
@@ -115,7 +145,7 @@ void metrics_print(const Metrics *m, char *const *names, FILE *out) {
     fputc('\n', out);
     for (int k = 0; k < m->K; k++) {
         fprintf(out, "%*d ", iw, k);
-        pad_print(out, names[k], w);
+        name_print(out, m, names, k, w);
         for (int j = 0; j < m->K; j++) fprintf(out, " %6ld", m->confusion[(size_t)k * m->K + j]);
         fputc('\n', out);
     }
@@ -127,6 +157,7 @@ char *metrics_to_json(const Metrics *m, char *const *names) {
     cJSON_AddNumberToObject(o, "macro_f1", metrics_macro_f1(m));
     cJSON_AddNumberToObject(o, "loss", metrics_loss(m));
     cJSON_AddNumberToObject(o, "n", (double)m->n);
+    cJSON_AddNumberToObject(o, "unknown_label_lines", (double)metrics_unknown(m));
     cJSON *pc = cJSON_AddArrayToObject(o, "per_class");
     cJSON *labels = cJSON_AddArrayToObject(o, "labels");
     cJSON *conf = cJSON_AddArrayToObject(o, "confusion");
@@ -141,6 +172,7 @@ char *metrics_to_json(const Metrics *m, char *const *names) {
         cJSON_AddNumberToObject(c, "f1", f);
         cJSON_AddNumberToObject(c, "support", (double)s);
         cJSON_AddBoolToObject(c, "in_macro_f1", class_seen(m, k));
+        cJSON_AddBoolToObject(c, "in_model", k < m->K_model);
         cJSON_AddItemToArray(pc, c);
         cJSON_AddItemToArray(labels, cJSON_CreateString(names[k]));
         cJSON *row = cJSON_CreateArray();

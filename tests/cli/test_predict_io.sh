@@ -4,7 +4,9 @@
 # model was trained on, with a note; --input-format to force it), empty lines, invalid UTF-8
 # and over-long lines (said on stderr, counts in the singular too), --eval --json keys,
 # --eval - (stdin), --name=value spellings, --batch-tokens, a line's output the same alone as in
-# any batch, options that do not go together.
+# any batch, options that do not go together; --eval with labels the model does not know,
+# columns swapped, --model DIR and a run without model.mha, the hints for a file in another
+# format (JSON Lines, fastText or CSV read as TSV).
 source "$(dirname "$0")/lib.sh" "$@"
 tiny_config "$TMP/c.json" "$TMP/m" 1
 "$TRAIN" --config "$TMP/c.json" --quiet >/dev/null 2>"$TMP/e" || { cat "$TMP/e"; fail "train failed"; finish; }
@@ -154,8 +156,69 @@ expect_exit 1 "dev.tsv:1: missing __label__ prefix" "$PREDICT" --model "$M" --ev
 cmp -s <(cat data/sample/dev.tsv | "$PREDICT" --model "$M" --eval - --json) <("$PREDICT" --model "$M" --eval data/sample/dev.tsv --json) \
   || fail "--eval - on a pipe differs from --eval FILE"
 [ "$(cat data/sample/dev.tsv | "$PREDICT" --model "$M" --eval - | head -1)" = "<stdin>" ] || fail "--eval - report not headed <stdin>"
-expect_exit 1 "^mha-predict: error: <stdin>:2: label 'xx' does not occur in the training set" "$PREDICT" --model "$M" --eval - \
-  < <(head -1 data/sample/dev.tsv; printf 'xx\t干净\n')
+# --eval with labels the model was not trained on (sklearn's convention; before: it stopped at
+# the first, "label 'xx' does not occur in the training set", exit 1): every such line is
+# predicted and wrong; each such label is a class of its own after the model's (recall 0, F1 0,
+# in macro-F1), with a row in the confusion matrix (which stays square: its column is zeros);
+# the loss is over the other lines; one note on stderr names them with their counts
+{ cat data/sample/dev.tsv; printf '财经\t股市今天大涨\n房产\t房价又涨了\n财经\t央行宣布降息\n'; } >"$TMP/unk.tsv"
+"$PREDICT" --model "$M" --eval data/sample/dev.tsv --json >"$TMP/known.json"
+"$PREDICT" --model "$M" --eval "$TMP/unk.tsv" --json >"$TMP/unk.json" 2>"$TMP/unk.err" \
+  || fail "--eval with labels the model does not know failed: $(cat "$TMP/unk.err")"
+[ "$(grep -c "^mha-predict: note: $TMP/unk.tsv: 3 of 123 lines have a label the model was not trained on (first: line 121): '财经' (2 lines), '房产' (1 line)\. They are predicted and count as errors: in accuracy's denominator, and each label as a class of its own (recall 0, F1 0) in macro-F1; the loss leaves them out$" "$TMP/unk.err")" = 1 ] \
+  || fail "unknown labels: not one note naming them: $(cat "$TMP/unk.err")"
+grep -q '"n":123,"unknown_label_lines":3,' "$TMP/unk.json" && grep -q '"labels":\["体育","旅游","科技","美食","财经","房产"\]' "$TMP/unk.json" \
+  && grep -q '{"label":"财经","precision":0,"recall":0,"f1":0,"support":2,"in_macro_f1":true,"in_model":false}' "$TMP/unk.json" \
+  && grep -q '{"label":"房产","precision":0,"recall":0,"f1":0,"support":1,"in_macro_f1":true,"in_model":false}' "$TMP/unk.json" \
+  && [ "$(grep -o '"in_model":true' "$TMP/unk.json" | wc -l)" = 4 ] || fail "unknown labels: --json classes: $(cat "$TMP/unk.json")"
+# the confusion matrix: 6 rows of 6; the unknown labels' rows hold their 2 and 1 lines, in the
+# model's 4 columns; nobody is predicted into their columns
+sed 's/.*"confusion":\[\(.*\)\]}$/\1/' "$TMP/unk.json" | grep -o '\[[^]]*\]' | tr -d '[]' \
+  | awk -F, 'NF != 6 || $5 + 0 != 0 || $6 + 0 != 0 { bad = 1 } NR == 5 { u5 = $1 + $2 + $3 + $4 } NR == 6 { u6 = $1 + $2 + $3 + $4 }
+             END { exit !(NR == 6 && !bad && u5 == 2 && u6 == 1) }' || fail "unknown labels: confusion matrix: $(cat "$TMP/unk.json")"
+# accuracy: the same right answers over 123 lines; macro-F1: the mean of the 6 (or fewer
+# classes') F1 in the report; loss: that of the 120 known lines
+field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/" "$2"; }
+awk -v a="$(field accuracy "$TMP/known.json")" -v b="$(field accuracy "$TMP/unk.json")" 'BEGIN { d = a * 120 - b * 123; exit !(d < 1e-6 && d > -1e-6) }' \
+  || fail "unknown labels: accuracy $(field accuracy "$TMP/unk.json") is not the 120 lines' right answers over 123"
+grep -o '"f1":[^,]*,"support":[^,]*,"in_macro_f1":true' "$TMP/unk.json" | sed 's/"f1":\([^,]*\),.*/\1/' \
+  | awk -v m="$(field macro_f1 "$TMP/unk.json")" '{ s += $1; n++ } END { d = s / n - m; exit !(n == 6 && d < 1e-9 && d > -1e-9) }' \
+  || fail "unknown labels: macro_f1 is not the mean over the 6 classes of per_class: $(cat "$TMP/unk.json")"
+awk -v a="$(field loss "$TMP/known.json")" -v b="$(field loss "$TMP/unk.json")" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }' \
+  || fail "unknown labels: the loss is not that of the known lines"
+cmp -s "$TMP/unk.json" <("$PREDICT" --model "$M" --eval "$TMP/unk.tsv" --json --threads 1 2>/dev/null) \
+  || fail "unknown labels: one thread (one batch at a time) gives another report"
+"$PREDICT" --model "$M" --eval "$TMP/unk.tsv" >"$TMP/unk.txt" 2>/dev/null || fail "unknown labels: the text report failed"
+grep -q "^财经 (unknown)  *0.0000  0.0000  0.0000        2$" "$TMP/unk.txt" \
+  && grep -q "^(unknown: 2 labels the model was not trained on, in 3 of the 123 lines: counted as errors, with recall 0 and F1 0 in macro-F1; the loss is the mean over the other 120)$" "$TMP/unk.txt" \
+  && grep -qE "^5 房产 \(unknown\) +0 +0 +0 +[01] +0 +0$" "$TMP/unk.txt" \
+  && grep -q "^accuracy $(printf '%.4f' "$(field accuracy "$TMP/unk.json")")  macro-F1 $(printf '%.4f' "$(field macro_f1 "$TMP/unk.json")") " "$TMP/unk.txt" \
+  || fail "unknown labels: the text report: $(cat "$TMP/unk.txt")"
+"$PREDICT" --model "$M" --eval - < <(head -1 data/sample/dev.tsv; printf 'xx\t干净\n') 2>&1 >/dev/null \
+  | grep -q "^mha-predict: note: <stdin>: 1 of 2 lines has a label the model was not trained on (first: line 2): 'xx' (1 line)\. It is predicted and counts as an error" \
+  || fail "one unknown label: not said in the singular"
+# no label the model knows at all: the wrong file, an error
+expect_exit 1 "^mha-predict: error: <stdin>: none of its 3 labelled lines has a label of the training set \(its labels: 'xx' \(2 lines\), 'yy' \(1 line\); the training set's: 体育, 旅游, 科技, 美食\): is it the right file for this model\?$" \
+  "$PREDICT" --model "$M" --eval - < <(printf 'yy\t干净\nxx\t好吃\nxx\t很好\n')
+# columns swapped (text<TAB>label): an error that says so and how to swap them, before any
+# prediction is written (before: the labels were predicted, with a note that the first column
+# was ignored); in --eval too (before: "label '...' does not occur in the training set")
+awk -F'\t' -v OFS='\t' '{print $2, $1}' data/sample/dev.tsv >"$TMP/sw.tsv"
+expect_exit 1 "^mha-predict: error: $TMP/sw.tsv: the columns look swapped: in 120 of 120 lines the second column \(the text, in label<TAB>text\) is a label of the model \(体育, 旅游, 科技, 美食\) and the first is not \(first: line 1\); expected the text alone or 'label<TAB>text': swap the columns with awk -F'.t' -v OFS='.t' '\{print .2, .1\}' FILE > NEW, or keep the text alone with cut -f1 FILE > NEW$" \
+  "$PREDICT" --model "$M" "$TMP/sw.tsv"
+[ -z "$("$PREDICT" --model "$M" "$TMP/sw.tsv" 2>/dev/null)" ] || fail "swapped columns: predictions were written"
+expect_exit 1 "^mha-predict: error: <stdin>: the columns look swapped: in 2 of 2 lines" "$PREDICT" --model "$M" - \
+  < <(printf '晚上去操场跑圈\t体育\n香辣蟹炒得太入味\t 美食 \n')
+expect_exit 1 "^mha-predict: error: $TMP/sw.tsv: the label and text look swapped: in 120 of 120 lines the text is a label of the training set \(体育, 旅游, 科技, 美食\) and the label is not \(first: line 1\); expected 'label<TAB>text': swap the columns with awk -F'.t' -v OFS='.t' '\{print .2, .1\}' FILE > NEW$" \
+  "$PREDICT" --model "$M" --eval "$TMP/sw.tsv"
+# ... but not a few such lines among label<TAB>text ones, nor a file of labels as plain text,
+# nor label<TAB>label lines
+{ head -20 data/sample/dev.tsv; printf '体育\t美食\n'; } | "$PREDICT" --model "$M" >"$TMP/few" 2>/dev/null && [ "$(wc -l <"$TMP/few")" = 21 ] \
+  || fail "a line whose text is a label among 20 ordinary ones was refused"
+printf '体育\n美食\n' | "$PREDICT" --model "$M" >"$TMP/few" 2>/dev/null && [ "$(wc -l <"$TMP/few")" = 2 ] \
+  || fail "plain text lines that are labels were refused"
+printf '体育\t体育\n美食\t美食\n' | "$PREDICT" --model "$M" >"$TMP/few" 2>/dev/null && [ "$(wc -l <"$TMP/few")" = 2 ] \
+  || fail "label<TAB>label lines were refused as swapped"
 # --name=value for every value option; flags take no value
 "$PREDICT" --model="$M" --top-k=2 --format=tsv --batch-size=8 --batch-tokens=100 --threads=1 --device=cpu --precision=fp32 "$TMP/plain.txt" >"$TMP/pv" \
   && cmp -s "$TMP/pv" <("$PREDICT" --model "$M" --top-k 2 --format tsv --batch-size 8 --batch-tokens 100 --threads 1 --device cpu --precision fp32 "$TMP/plain.txt") || fail "--name=value spellings"
@@ -249,4 +312,34 @@ if grep -q "AVX512_VNNI" "$TMP/pi.err"; then
 else
     [ ! -s "$TMP/pi.err" ] || fail "int8 printed: $(cat "$TMP/pi.err")"
 fi
+# --model DIR reads DIR/model.mha (before: "not a regular file"); a run stopped before it saved
+# its model.mha (--max-steps without a dev set: only last.mha) is named as such, with both
+# ways on (before: "cannot open checkpoint (No such file or directory)")
+"$PREDICT" --model "$TMP/m" "$TMP/plain.txt" | cmp -s - "$TMP/p1" || fail "--model DIR does not predict as DIR/model.mha"
+"$PREDICT" --model "$TMP/m/" "$TMP/plain.txt" | cmp -s - "$TMP/p1" || fail "--model DIR/ does not predict as DIR/model.mha"
+"$TRAIN" --config "$TMP/c.json" --set data.dev= --set data.test= --set output.dir="$TMP/stopped" --max-steps 2 --quiet \
+  >/dev/null 2>"$TMP/stopped.err" || fail "a run stopped by --max-steps: $(cat "$TMP/stopped.err")"
+[ -f "$TMP/stopped/last.mha" ] && [ ! -e "$TMP/stopped/model.mha" ] || fail "a run stopped by --max-steps: expected last.mha alone: $(ls "$TMP/stopped")"
+S=$TMP/stopped
+for model in "$S/model.mha" "$S" "$S/"; do
+  expect_exit 1 "^mha-predict: error: $S/model.mha: no such file: the run in $S has not finished \(or was stopped before it saved its model\): $S/last.mha holds its latest parameters \(mha-predict --model $S/last.mha\), or finish the run with mha-train --resume $S/last.mha$" \
+    "$PREDICT" --model "$model" "$TMP/plain.txt"
+done
+(cd "$S" && "$PREDICT" --model model.mha - </dev/null 2>&1 | grep -q "the run in \. has not finished .*--model \./last.mha") \
+  || fail "model.mha missing in the working directory: no hint"
+"$PREDICT" --model "$S/last.mha" "$TMP/plain.txt" >"$TMP/pl2" && [ "$(wc -l <"$TMP/pl2")" = "$n" ] || fail "--model DIR/last.mha of a stopped run"
+mkdir "$TMP/nothing"
+expect_exit 1 "^mha-predict: error: $TMP/nothing is a folder, not a regular file, and holds no model.mha or last.mha \(expected an mha checkpoint, or the output folder of an mha-train run\)$" \
+  "$PREDICT" --model "$TMP/nothing" "$TMP/plain.txt"
+expect_exit 1 "^mha-predict: error: $TMP/nothing/model.mha: cannot open checkpoint \(No such file or directory\)$" \
+  "$PREDICT" --model "$TMP/nothing/model.mha" "$TMP/plain.txt"
+# a labelled file in another format than --input-format says: which format it looks like
+expect_exit 1 "^mha-predict: error: $TMP/dev.jsonl:1: no tab between label and text \(expected 'label<TAB>text'\); the line looks like JSON Lines: give --input-format jsonl \(or auto\)$" \
+  "$PREDICT" --model "$M" --eval "$TMP/dev.jsonl" --input-format tsv
+expect_exit 1 "^mha-predict: error: $TMP/dev.ft:1: no tab between label and text \(expected 'label<TAB>text'\); the line looks like fastText: give --input-format fasttext \(or auto\)$" \
+  "$PREDICT" --model "$M" --eval "$TMP/dev.ft" --input-format tsv
+tr '\t' , <data/sample/dev.tsv >"$TMP/dev.csv"
+expect_exit 1 "^mha-predict: error: $TMP/dev.csv:1: cannot tell the format: .*; the line looks like CSV \(comma-separated\), and mha reads TSV: convert simple CSV with sed 's/,/.t/' FILE > NEW \(the first comma of each line becomes a tab; for quoted fields use Python's csv module\)$" \
+  "$PREDICT" --model "$M" --eval "$TMP/dev.csv"
+sed 's/,/\t/' "$TMP/dev.csv" | cmp -s - data/sample/dev.tsv || fail "the suggested sed command does not turn the CSV back into the TSV"
 finish

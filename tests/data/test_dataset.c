@@ -1,6 +1,8 @@
 /* tests/data/test_dataset.c: the TSV, fastText, JSON Lines and plain readers on files
  * written to a temporary folder: BOM, CRLF, empty and over-long lines, label maps,
- * vocabulary, every malformed form and its "FILE:LINE: ..." message. */
+ * vocabulary, every malformed form and its "FILE:LINE: ..." message (with the format a line
+ * looks like), labels the training set lacked kept as classes of their own
+ * (keep_unknown_labels), and the swapped-columns check. */
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,7 +11,7 @@
 #include "tests/test_util.h"
 
 static char g_dir[64];
-static char g_paths[64][128];
+static char g_paths[96][128];
 static int g_n_paths;
 
 /* Write a file in the temp folder; returns its path. */
@@ -571,6 +573,137 @@ static void test_fingerprint(void) {
     CHECK(fp[0] != fp[2], "one label changed, the same fingerprint");
 }
 
+/* A line in another format than the one set: the message says which it looks like. */
+static void test_format_hints(void) {
+    const char *p;
+    p = PUT("j.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n");
+    CHECK(train_fails(p, opts(FORMAT_TSV), msg("%s:1: no tab between label and text (expected 'label<TAB>text'); "
+                                                "the line looks like JSON Lines: set data.format to \"jsonl\" (or "
+                                                "\"auto\")", p), 0), "JSON Lines read as TSV");
+    p = PUT("f.txt", "  __label__a x\n");
+    CHECK(train_fails(p, opts(FORMAT_TSV), msg("%s:1: no tab between label and text (expected 'label<TAB>text'); "
+                                                "the line looks like fastText: set data.format to \"fasttext\" (or "
+                                                "\"auto\")", p), 0), "fastText read as TSV");
+    p = PUT("t.tsv", "a\tx\n");
+    CHECK(train_fails(p, opts(FORMAT_FASTTEXT), msg("%s:1: missing __label__ prefix (expected '__label__LABEL text'); "
+                                                     "the line looks like TSV: set data.format to \"tsv\" (or \"auto\")",
+                                                     p), 0), "TSV read as fastText");
+    CHECK(train_fails(p, opts(FORMAT_JSONL), msg("%s:1: bad JSON at byte offset 0", p), 1), "TSV read as JSON Lines");
+    {   /* the hint ends the JSON message */
+        Vocab *v = NULL;
+        LabelMap lm = {0, NULL};
+        Dataset d;
+        MhaError err = {0, ""};
+        ReadOptions o = opts(FORMAT_JSONL);
+        int rc = dataset_load_train(p, &o, 1, 0, &v, &lm, &d, &err);
+        const char *want = "; the line looks like TSV: set data.format to \"tsv\" (or \"auto\")";
+        size_t n = strlen(err.msg), w = strlen(want);
+        CHECK(rc == MHA_EXIT_DATA && n > w && strcmp(err.msg + n - w, want) == 0, "TSV read as JSON: %s", err.msg);
+    }
+    /* CSV: with format auto, and with tsv set */
+    p = PUT("c.csv", "label,text\n体育,篮球,足球\n");
+    const char *csv = "; the line looks like CSV (comma-separated), and mha reads TSV: convert simple CSV with "
+                      "sed 's/,/\\t/' FILE > NEW (the first comma of each line becomes a tab; for quoted fields use "
+                      "Python's csv module)";
+    char want[1024];
+    snprintf(want, sizeof want, "%s:1: cannot tell the format: no tab, no __label__ prefix, no JSON object (expected "
+             "'label<TAB>text', '__label__LABEL text' or {\"label\": ..., \"text\": ...})%s", p, csv);
+    CHECK(train_fails(p, opts(FORMAT_AUTO), want, 0), "CSV with format auto");
+    snprintf(want, sizeof want, "%s:1: no tab between label and text (expected 'label<TAB>text')%s", p, csv);
+    CHECK(train_fails(p, opts(FORMAT_TSV), want, 0), "CSV with format tsv");
+    /* mha-predict's wording: its option */
+    format_hint_set_cli(1);
+    p = PUT("j2.jsonl", "{\"label\": \"a\", \"text\": \"x\"}\n");
+    CHECK(train_fails(p, opts(FORMAT_TSV), msg("%s:1: no tab between label and text (expected 'label<TAB>text'); "
+                                                "the line looks like JSON Lines: give --input-format jsonl (or auto)",
+                                                p), 0), "JSON Lines read as TSV, mha-predict's words");
+    format_hint_set_cli(0);
+    /* nothing to say: a line of plain text */
+    p = PUT("n.tsv", "a\tx\nplain text\n");
+    CHECK(train_fails(p, opts(FORMAT_TSV), msg("%s:2: no tab between label and text (expected 'label<TAB>text')", p), 0),
+          "no hint for a plain line");
+    CHECK(columns_look_swapped(10, 9, 1) && !columns_look_swapped(10, 8, 0) && !columns_look_swapped(10, 10, 2) &&
+              columns_look_swapped(1, 1, 0) && !columns_look_swapped(0, 0, 0), "columns_look_swapped thresholds");
+}
+
+/* dev/test files with keep_unknown_labels (mha-predict --eval): a label the training set lacked
+ * is class K + j, counted and named; a file of no known label, or with label and text swapped,
+ * is an error. Without the option it stays an error at the line (mha-train's dev and test). */
+static void test_unknown_labels(void) {
+    const char *train = PUT("u_train.tsv", "a\t好\nb\t书\na\t好书\n");
+    ReadOptions o = opts(FORMAT_AUTO);
+    Vocab *v = NULL;
+    LabelMap lm;
+    Dataset d, dd;
+    MhaError err = {0, ""};
+    int rc = dataset_load_train(train, &o, 1, 0, &v, &lm, &d, &err);
+    CHECK(rc == 0, "train: %s", err.msg);
+    if (rc) return;
+    ReadOptions ko = o;
+    ko.keep_unknown_labels = 1;
+    const char *dev = PUT("u_dev.tsv", "a\t好\nc\t书\n d \t好\nc\tb\nb\t书\nc\t好\n");
+    rc = dataset_load(dev, &ko, v, &lm, &dd, &err);
+    CHECK(rc == 0, "unknown labels kept: %s", err.msg);
+    if (!rc) {
+        long c0 = 0, c1 = 0;
+        const char *n0 = dataset_unknown_label(&dd, 0, &c0), *n1 = dataset_unknown_label(&dd, 1, &c1);
+        CHECK(dd.n == 6 && dd.labels[0] == 0 && dd.labels[1] == 2 && dd.labels[2] == 3 && dd.labels[3] == 2 &&
+                  dd.labels[4] == 1 && dd.labels[5] == 2, "classes: K + j for unknown label j");
+        CHECK(dataset_unknown_label_count(&dd) == 2 && !strcmp(n0, "c") && c0 == 3 && !strcmp(n1, "d") && c1 == 1,
+              "unknown labels: %d, '%s' x%ld, '%s' x%ld", dataset_unknown_label_count(&dd), n0, c0, n1, c1);
+        CHECK(dd.n_unknown_label == 4 && dd.first_unknown_label == 2 && dd.n_known_label == 2 && dd.n_text_is_label == 1,
+              "counts: unknown %ld (first %ld), known %ld, text is a label %ld", dd.n_unknown_label,
+              dd.first_unknown_label, dd.n_known_label, dd.n_text_is_label);
+        char sum[256];
+        dataset_unknown_labels_summary(&dd, 5, sum, sizeof sum);
+        CHECK(!strcmp(sum, "'c' (3 lines), 'd' (1 line)"), "summary: %s", sum);
+        dataset_unknown_labels_summary(&dd, 1, sum, sizeof sum);
+        CHECK(!strcmp(sum, "'c' (3 lines), and 1 more"), "summary of 1: %s", sum);
+        dataset_free(&dd);
+        CHECK(dd.unknown_labels == NULL, "dataset_free frees the unknown labels");
+    }
+    /* without the option (mha-train's dev/test): the error at the first one, as before */
+    rc = dataset_load(dev, &o, v, &lm, &dd, &err);
+    CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":2: label 'c' does not occur in the training set (known labels: a, b)"),
+          "without keep_unknown_labels: %s", err.msg);
+    /* no known label at all */
+    const char *none = PUT("u_none.tsv", "x\t好\ny\t书\nx\t好\n");
+    rc = dataset_load(none, &ko, v, &lm, &dd, &err);
+    CHECK(rc == MHA_EXIT_DATA && !strcmp(err.msg, msg("%s: none of its 3 labelled lines has a label of the training "
+                                                      "set (its labels: 'x' (2 lines), 'y' (1 line); the training set's: "
+                                                      "a, b): is it the right file for this model?", none)),
+          "no known label: %s", err.msg);
+    /* label and text swapped: 9 of 10 texts are labels, no label is */
+    const char *sw = PUT("u_sw.tsv", "好\ta\n书\tb\n好书\ta\n好\t a\n书\tb\n好\ta\n书\tb\n好\ta\n书\tb\n好书好\tc\n");
+    rc = dataset_load(sw, &ko, v, &lm, &dd, &err);
+    CHECK(rc == MHA_EXIT_DATA && !strcmp(err.msg, msg("%s: the label and text look swapped: in 9 of 10 lines the text "
+                                                      "is a label of the training set (a, b) and the label is not (first: "
+                                                      "line 1); expected 'label<TAB>text': swap the columns with awk "
+                                                      "-F'\\t' -v OFS='\\t' '{print $2, $1}' FILE > NEW", sw)),
+          "swapped: %s", err.msg);
+    /* more distinct unknown labels than a report can hold: an error at the first one too many */
+    {
+        static char many[1100 * 16];
+        size_t w = (size_t)snprintf(many, sizeof many, "a\t好\n");
+        for (int i = 0; i <= MAX_UNKNOWN_LABELS; i++) w += (size_t)snprintf(many + w, sizeof many - w, "x%d\t好\n", i);
+        const char *p = put("u_many.tsv", many, w);
+        rc = dataset_load(p, &ko, v, &lm, &dd, &err);
+        char want[256];
+        snprintf(want, sizeof want, "%s:%d: more than %d distinct labels that do not occur in the training set "
+                 "('x0' (1 line), 'x1' (1 line), 'x2' (1 line), and %d more); expected the training set's labels (a, b): "
+                 "is it the right file for this model?", p, MAX_UNKNOWN_LABELS + 2, MAX_UNKNOWN_LABELS, MAX_UNKNOWN_LABELS - 2);
+        CHECK(rc == MHA_EXIT_DATA && !strcmp(err.msg, want), "too many unknown labels: %s", err.msg);
+    }
+    /* a JSON label the reports could not show */
+    const char *ctl = PUT("u_ctl.jsonl", "{\"label\": \"a\", \"text\": \"好\"}\n{\"label\": \"x\\ny\", \"text\": \"好\"}\n");
+    rc = dataset_load(ctl, &ko, v, &lm, &dd, &err);
+    CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":2: label 'x\ny' holds the control character 0x0A"),
+          "control character in an unknown label: %s", err.msg);
+    dataset_free(&d);
+    vocab_free(v);
+    labelmap_free(&lm);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/mha-test-data-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -585,6 +718,8 @@ int main(void) {
     test_long_lines();
     test_unicode_blanks();
     test_fingerprint();
+    test_format_hints();
+    test_unknown_labels();
     for (int i = 0; i < g_n_paths; i++) unlink(g_paths[i]);
     rmdir(g_dir);
     return test_finish("test_dataset");

@@ -1,7 +1,8 @@
 /* tests/model/test_metrics.c: model/metrics.c against hand-computed values: accuracy, mean
  * loss, per-class precision/recall/F1/support, macro-F1 over the classes that occur (in the
  * truth or the predictions), the JSON form, and the text report's layout (CJK labels are two
- * columns wide: every row of the confusion matrix lines up with its header). */
+ * columns wide: every row of the confusion matrix lines up with its header); gold labels the
+ * model does not know (sklearn's convention: classes of their own, recall 0, in macro-F1). */
 #include "model/metrics.h"
 #include "tests/test_util.h"
 #include <cjson/cJSON.h>
@@ -129,8 +130,56 @@ static void test_layout(void) {
     metrics_free(&m);
 }
 
+/* 2 model classes and 1 unknown gold label (class 2): its 2 lines are errors, in accuracy's
+ * denominator and in macro-F1 with F1 0; the loss is over the others; the reports mark it. */
+static void test_unknown(void) {
+    Metrics m;
+    CHECK(metrics_init_unknown(&m, 2, 1) == 0 && m.K == 3 && m.K_model == 2, "init: K %d, K_model %d", m.K, m.K_model);
+    metrics_add(&m, 0, 0, 1.0);
+    metrics_add(&m, 0, 1, 2.0);
+    metrics_add(&m, 1, 1, 3.0);
+    metrics_add(&m, 2, 0, 100.0);   /* unknown: the loss is not counted */
+    metrics_add(&m, 2, 1, 100.0);
+    CHECK(m.n == 5 && near(metrics_accuracy(&m), 2.0 / 5), "accuracy %g (expected 2/5)", metrics_accuracy(&m));
+    CHECK(near(metrics_loss(&m), 2.0) && m.n_loss == 3, "loss %g over %ld (expected 2 over 3)", metrics_loss(&m), m.n_loss);
+    CHECK(metrics_unknown(&m) == 2, "unknown lines %ld", metrics_unknown(&m));
+    double p, r, f;
+    long s;
+    metrics_class(&m, 2, &p, &r, &f, &s);
+    CHECK(p == 0 && r == 0 && f == 0 && s == 2, "unknown class: %g %g %g %ld", p, r, f, s);
+    /* class 0: p 1/2 r 1/2 f 1/2; class 1: p 1/3 r 1 f 1/2; class 2: f 0 (sklearn: 1/3) */
+    CHECK(near(metrics_macro_f1(&m), (0.5 + 0.5 + 0) / 3), "macro-F1 %g (expected 1/3)", metrics_macro_f1(&m));
+    char *names[3] = {"a", "b", "财经"}, *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    metrics_print(&m, names, mem);
+    fclose(mem);
+    CHECK(strstr(text, "\n财经 (unknown)     0.0000  0.0000  0.0000        2\n") &&
+              strstr(text, "\n2 财经 (unknown)      1      1      0\n") &&
+              strstr(text, "(unknown: 1 label the model was not trained on, in 2 of the 5 lines: counted as errors, "
+                           "with recall 0 and F1 0 in macro-F1; the loss is the mean over the other 3)"),
+          "the unknown class in the report:\n%s", text);
+    free(text);
+    char *js = metrics_to_json(&m, names);
+    cJSON *o = cJSON_Parse(js);
+    const cJSON *conf = cJSON_GetObjectItem(o, "confusion"), *pc = cJSON_GetObjectItem(o, "per_class");
+    int square = cJSON_GetArraySize(conf) == 3;
+    for (int i = 0; square && i < 3; i++) square = cJSON_GetArraySize(cJSON_GetArrayItem(conf, i)) == 3;
+    CHECK(o && square && cJSON_GetArraySize(pc) == 3 && cJSON_GetArraySize(cJSON_GetObjectItem(o, "labels")) == 3 &&
+              cJSON_GetObjectItem(o, "unknown_label_lines")->valuedouble == 2 &&
+              cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(pc, 2), "in_model")) &&
+              cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(pc, 2), "in_macro_f1")) &&
+              cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(pc, 1), "in_model")) &&
+              cJSON_GetArrayItem(cJSON_GetArrayItem(conf, 2), 1)->valuedouble == 1,
+          "JSON with an unknown class: %s", js);
+    cJSON_Delete(o);
+    free(js);
+    metrics_free(&m);
+}
+
 int main(void) {
     test_values();
     test_layout();
+    test_unknown();
     return test_finish("test_metrics");
 }
