@@ -532,6 +532,7 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
  * was stopped before it saved one): an error that names both ways on. Other failures are
  * left to checkpoint_load, which names them. */
 static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err) {
+    if (!arg) return mha_fail(err, MHA_EXIT_USAGE, "--model is required (see mha-predict --help)");
     struct stat st;
     char dir[4096];
     size_t n = strlen(arg);
