@@ -18,6 +18,7 @@
 #include "model/device.h"
 #include "model/evaluate.h"
 #include "model/metrics.h"
+#include "version.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -70,7 +71,8 @@ static void usage(FILE *f) {
             "                     int8, inputs quantized per token, weights per output channel,\n"
             "                     the attention in bf16 (fp32 without AVX512_BF16); a CPU without\n"
             "                     AVX512_VNNI runs bf16, with a note\n"
-            "  -h, --help         this text\n");
+            "  -h, --help         this text\n"
+            "  --version          the version and the commit it was built from\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -566,14 +568,14 @@ static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err)
 /* The command line, as parsed. */
 typedef struct {
     const char *model, *input, *eval, *format, *device, *precision, *input_format;
-    int top_k, json, batch_size, batch_tokens, threads, attention, help;   /* batch_tokens -1: automatic */
+    int top_k, json, batch_size, batch_tokens, threads, attention, help, version;   /* batch_tokens -1: automatic */
     const char *prediction_option;   /* an option that only predictions take */
 } Args;
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
 static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval", "--batch-size",
                                       "--batch-tokens", "--threads", "--device", "--precision", "--json",
-                                      "--attention", "--help"};
+                                      "--attention", "--help", "--version"};
 #define N_VALUE_OPTIONS 10
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 /* Index of name in OPTIONS, or -1. */
@@ -614,6 +616,7 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
         if (eq) return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
         if (!strcmp(name, "--json")) a->json = 1;
         else if (!strcmp(name, "--attention")) a->attention = 1;
+        else if (!strcmp(name, "--version")) a->version = 1;
         else a->help = 1;
         return 0;
     }
@@ -648,7 +651,7 @@ static int parse_args(Args *a, int argc, char **argv) {
         else if (a->input) return usage_error("more than one input file given ('%s')", arg);
         else a->input = arg;
         if (rc) return rc;
-        if (a->help) return 0;
+        if (a->help || a->version) return 0;
     }
     return 0;
 }
@@ -688,6 +691,7 @@ int main(int argc, char **argv) {
     int input_format = FORMAT_AUTO, rc;
     if ((rc = parse_args(&a, argc, argv))) return rc;
     if (a.help) { usage(stdout); return 0; }
+    if (a.version) { printf("mha-predict %s\n", MHA_VERSION); return 0; }
     if ((rc = check_args(&a, &input_format))) return rc;
 
     Predictor p;

@@ -5,6 +5,7 @@
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/trainer.h"
+#include "version.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@ static void usage(FILE *f) {
             "  --quiet            no resolved config and no progress lines\n"
             "  --profile          time every op family; print a table and GFLOP/s at the end\n"
             "  -h, --help         this text, then every config key\n"
+            "  --version          the version and the commit it was built from\n"
             "Options that take a value also take it as --name=value.\n"
             "\n");
 }
@@ -51,7 +53,7 @@ static int usage_error(const char *fmt, ...) {
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
 static const char *const OPTIONS[] = {"--config", "--set", "--resume", "--max-steps",
-                                      "--quiet", "--overwrite", "--profile", "--help"};
+                                      "--quiet", "--overwrite", "--profile", "--help", "--version"};
 #define N_VALUE_OPTIONS 4
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 /* Index of name in OPTIONS, or -1. */
@@ -100,6 +102,11 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             config_print_help(stdout);
+            free(sets);
+            return 0;
+        }
+        else if (!strcmp(a, "--version")) {
+            printf("mha-train %s\n", MHA_VERSION);
             free(sets);
             return 0;
         }

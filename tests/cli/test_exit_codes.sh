@@ -5,6 +5,10 @@ source "$(dirname "$0")/lib.sh" "$@"
 expect_exit 2 "missing --config" "$TRAIN"
 expect_exit 2 "unknown argument" "$TRAIN" --bogus
 expect_exit 0 "" "$TRAIN" --help
+for prog in "$TRAIN" "$PREDICT"; do   # --version: the version and the commit, exit 0
+  v=$("$prog" --version 2>&1); rc=$?
+  [ "$rc" = 0 ] && grep -qE "^mha-(train|predict) [0-9]+\.[0-9]+\.[0-9]+( \(.+\))?$" <<<"$v" || fail "$prog --version: exit $rc: $v"
+done
 expect_exit 2 "unknown argument '--confg' \(did you mean '--config'\?\)" "$TRAIN" --confg configs/demo.json
 expect_exit 2 "unexpected argument 'configs/demo.json' \(a config file is given as --config configs/demo.json\)" "$TRAIN" configs/demo.json
 expect_exit 2 "--quiet takes no value \(got .--quiet=1.; give --quiet alone\)" "$TRAIN" --config configs/demo.json --quiet=1
