@@ -78,43 +78,40 @@ cat >"$TMP/e.json" <<JSON
  "train": {"epochs": 2, "batch_size": 64, "lr": 2e-3, "threads": 1},
  "output": {"dir": "$TMP/e"}}
 JSON
-"$TRAIN" --config "$TMP/e.json" --quiet >/dev/null 2>"$TMP/e0.err" || fail "eval run: $(tail -3 "$TMP/e0.err")"
-cp "$TMP/e/model.mha" "$TMP/e-model.ref"; cp "$TMP/e/metrics.jsonl" "$TMP/e-metrics.ref"
-rm -rf "$TMP/e"
-"$TRAIN" --config "$TMP/e.json" --quiet >/dev/null 2>"$TMP/e1.err" &
-pid=$!
-wait_for "$TMP/e/metrics.jsonl" '"type":"train","update":1,' || fail "eval run: no train record: $(tail -3 "$TMP/e1.err")"
-kill -INT $pid
-rc=0; wait $pid || rc=$?
-[ "$rc" = 130 ] || fail "interrupt at the evaluation: exit $rc, expected 130: $(tail -3 "$TMP/e1.err")"
-grep -q "^mha-train: stopping: saving last.mha after this step (Ctrl-C again quits at once, without saving)$" "$TMP/e1.err" \
-  || fail "Ctrl-C: not said at once, with what a second one does: $(tail -3 "$TMP/e1.err")"
-grep -q "interrupted at update 1:" "$TMP/e1.err" || fail "interrupt at the evaluation: not stopped at update 1 (the evaluation and the next update ran first): $(tail -3 "$TMP/e1.err")"
-! grep -q '"type":"dev"' "$TMP/e/metrics.jsonl" || fail "interrupt at the evaluation: a dev record was written"
-"$TRAIN" --resume "$TMP/e/last.mha" --quiet >/dev/null 2>"$TMP/e2.err" || fail "eval run: --resume failed: $(tail -3 "$TMP/e2.err")"
-cmp -s "$TMP/e/metrics.jsonl" "$TMP/e-metrics.ref" || fail "interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/e/metrics.jsonl" "$TMP/e-metrics.ref")"
-cmp -s "$TMP/e/model.mha" "$TMP/e-model.ref" || fail "interrupted and resumed: model.mha differs from the uninterrupted run's"
+# interrupt_eval NAME UPDATE WHAT: runs $TMP/NAME.json to its end (the reference), then again,
+# interrupted by SIGINT once update UPDATE's train record is written (its evaluation follows),
+# and resumed: exit 130 at that update, no dev record before the resume, then the same
+# metrics.jsonl and model.mha, byte for byte, as the uninterrupted run.
+interrupt_eval() {
+  local n=$1 u=$2 what=$3 rc
+  "$TRAIN" --config "$TMP/$n.json" --quiet >/dev/null 2>"$TMP/$n-0.err" || fail "$what: $(tail -3 "$TMP/$n-0.err")"
+  cp "$TMP/$n/model.mha" "$TMP/$n-model.ref"; cp "$TMP/$n/metrics.jsonl" "$TMP/$n-metrics.ref"
+  rm -rf "${TMP:?}/$n"
+  "$TRAIN" --config "$TMP/$n.json" --quiet >/dev/null 2>"$TMP/$n-1.err" &
+  local pid=$!
+  wait_for "$TMP/$n/metrics.jsonl" "\"type\":\"train\",\"update\":$u," || fail "$what: no train record: $(tail -3 "$TMP/$n-1.err")"
+  kill -INT $pid
+  rc=0; wait $pid || rc=$?
+  [ "$rc" = 130 ] || fail "$what, interrupted: exit $rc, expected 130: $(tail -3 "$TMP/$n-1.err")"
+  grep -q "^mha-train: stopping: saving last.mha after this step (Ctrl-C again quits at once, without saving)$" "$TMP/$n-1.err" \
+    || fail "$what: Ctrl-C not said at once, with what a second one does: $(tail -3 "$TMP/$n-1.err")"
+  grep -q "interrupted at update $u:" "$TMP/$n-1.err" \
+    || fail "$what: not stopped at update $u (the evaluation and the next update ran first): $(tail -3 "$TMP/$n-1.err")"
+  ! grep -q '"type":"dev"' "$TMP/$n/metrics.jsonl" || fail "$what, interrupted: a dev record was written"
+  "$TRAIN" --resume "$TMP/$n/last.mha" --quiet >/dev/null 2>"$TMP/$n-2.err" || fail "$what: --resume failed: $(tail -3 "$TMP/$n-2.err")"
+  cmp -s "$TMP/$n/metrics.jsonl" "$TMP/$n-metrics.ref" \
+    || fail "$what, interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/$n/metrics.jsonl" "$TMP/$n-metrics.ref")"
+  cmp -s "$TMP/$n/model.mha" "$TMP/$n-model.ref" || fail "$what, interrupted and resumed: model.mha differs from the uninterrupted run's"
+}
+interrupt_eval e 1 "end-of-epoch evaluation"
 
 # The same for an evaluation of train.eval_every in the middle of an epoch (3 updates an
 # epoch, an evaluation every 2): last.mha says it is due, --resume does it first.
 head -150 data/sample/train.tsv >"$TMP/v-train.tsv"
 sed -e "s#$TMP/e-train.tsv#$TMP/v-train.tsv#" -e "s#$TMP/e\"#$TMP/v\"#" -e 's#"lr": 2e-3#"lr": 2e-3, "eval_every": 2#' \
   "$TMP/e.json" >"$TMP/v.json"
-"$TRAIN" --config "$TMP/v.json" --quiet >/dev/null 2>"$TMP/v0.err" || fail "eval_every run: $(tail -3 "$TMP/v0.err")"
+interrupt_eval v 2 "eval_every evaluation"
 [ "$(grep -c '"type":"dev"' "$TMP/v/metrics.jsonl")" = 3 ] || fail "eval_every run: expected dev records at updates 2, 4, 6: $(cat "$TMP/v/metrics.jsonl")"
-cp "$TMP/v/model.mha" "$TMP/v-model.ref"; cp "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref"
-rm -rf "$TMP/v"
-"$TRAIN" --config "$TMP/v.json" --quiet >/dev/null 2>"$TMP/v1.err" &
-pid=$!
-wait_for "$TMP/v/metrics.jsonl" '"type":"train","update":2,' || fail "eval_every run: no train record: $(tail -3 "$TMP/v1.err")"
-kill -INT $pid
-rc=0; wait $pid || rc=$?
-[ "$rc" = 130 ] || fail "interrupt at an eval_every evaluation: exit $rc, expected 130: $(tail -3 "$TMP/v1.err")"
-grep -q "interrupted at update 2:" "$TMP/v1.err" || fail "interrupt at an eval_every evaluation: not stopped at update 2: $(tail -3 "$TMP/v1.err")"
-! grep -q '"type":"dev"' "$TMP/v/metrics.jsonl" || fail "interrupt at an eval_every evaluation: a dev record was written"
-"$TRAIN" --resume "$TMP/v/last.mha" --quiet >/dev/null 2>"$TMP/v2.err" || fail "eval_every run: --resume failed: $(tail -3 "$TMP/v2.err")"
-cmp -s "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref" || fail "eval_every, interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/v/metrics.jsonl" "$TMP/v-metrics.ref")"
-cmp -s "$TMP/v/model.mha" "$TMP/v-model.ref" || fail "eval_every, interrupted and resumed: model.mha differs from the uninterrupted run's"
 
 # The output folder moved aside (and a new one made at its path) while the run trains.
 tiny_config "$TMP/m.json" "$TMP/m" 5000
