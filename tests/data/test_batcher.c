@@ -279,7 +279,32 @@ static void test_edges(const Dataset *d) {
     free(seen);
 }
 
+/* Bucketed, with n a multiple of the batch size (no smaller batch kept last): the full batches
+ * are shuffled all of them, so the batch of the longest texts (the last one sorted) lands in
+ * different places over the epochs, not always last. */
+static void test_bucket_shuffle_reaches_every_batch(void) {
+    Dataset d;
+    make_dataset(&d, 32 * 20);
+    Batcher b;
+    CHECK(batcher_init(&b, &d, 32, 512, TRUNC_HEAD, 0, 1, 3) == 0, "init");
+    int last_count = 0, epochs = 20;
+    for (int e = 0; e < epochs; e++) {
+        batcher_start_epoch(&b, e, 1, 0);
+        int k = 0, longest_at = -1, longest_T = -1;
+        const Batch *bt;
+        while ((bt = batcher_next(&b)) != NULL) {
+            if (bt->T > longest_T) { longest_T = bt->T; longest_at = k; }
+            k++;
+        }
+        last_count += longest_at == k - 1;
+    }
+    CHECK(last_count < epochs / 2, "the batch of the longest texts came last in %d of %d epochs", last_count, epochs);
+    batcher_free(&b);
+    dataset_free(&d);
+}
+
 int main(void) {
+    test_bucket_shuffle_reaches_every_batch();
     Dataset d;
     make_dataset(&d, 5003);
     test_epochs(&d);

@@ -81,6 +81,11 @@ static void test_cases(void) {
     EXPECT(&d, " \t\r\n ", "");
     CHECK(tl.n == 0, "whitespace only: %d tokens", tl.n);
     EXPECT(&d, "\xCC\x81x", "\xCC\x81|x");      /* a mark with nothing before it */
+    EXPECT(&d, "a \xCC\x81", "a|\xCC\x81");      /* ... or only a separator: not joined across it */
+    /* the ends of the CJK blocks are characters of their own (ext. A ends at U+4DBF since
+     * Unicode 13, the unified block at U+9FFF since 14) */
+    EXPECT(&d, "\xE3\x90\x80\xE4\xB6\xB6\xE4\xB6\xBF", "\xE3\x90\x80|\xE4\xB6\xB6|\xE4\xB6\xBF");
+    EXPECT(&d, "\xE4\xB8\x80\xE9\xBF\xBF", "\xE4\xB8\x80|\xE9\xBF\xBF");
 
     set(&o, 1, 0, 0);
     EXPECT(&o, "NLP Hello ＡＢＣ", "NLP|Hello|ABC");

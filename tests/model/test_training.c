@@ -489,6 +489,8 @@ static void test_schedule(void) {
     c.warmup = 0.1f;
     snprintf(c.decay, sizeof c.decay, "linear");
     CHECK(schedule_warmup(0.1f, 100) == 10, "warmup fraction");
+    CHECK(schedule_warmup(1.0f, 100) == 1 && schedule_warmup(0.999f, 100) == 100,
+          "warmup 1 is one update, below 1 a fraction: %ld %ld", schedule_warmup(1.0f, 100), schedule_warmup(0.999f, 100));
     CHECK(schedule_warmup(0.1f, 125) == 13 && schedule_warmup(0.1f, 124) == 12, "warmup fraction rounded: %ld %ld",
           schedule_warmup(0.1f, 125), schedule_warmup(0.1f, 124));
     CHECK(schedule_warmup(7.0f, 100) == 7, "warmup count");
