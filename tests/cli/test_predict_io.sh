@@ -285,6 +285,14 @@ fi
 # jsonl probabilities carry the tsv output's 6 decimals, not a float's noise as a double
 ! "$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" | grep -qE '"prob":[0-9]\.[0-9]{7,}' \
   || fail "jsonl probabilities with more than 6 decimals"
+# ... and the same numbers as the tsv output, as many as --top-k asks (1 by default)
+tsv_probs=$("$PREDICT" --model "$M" --top-k 2 "$TMP/plain.txt" | cut -f2,4 | tr '\t' ' ')
+json_probs=$("$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" \
+  | python3 -c 'import json, sys
+for l in sys.stdin: print(" ".join("%.6f" % t["prob"] for t in json.loads(l)["top"]))')
+[ -n "$tsv_probs" ] && [ "$tsv_probs" = "$json_probs" ] || fail "jsonl top-2 probabilities differ from the tsv output's: $(diff <(echo "$tsv_probs") <(echo "$json_probs") | head -4)"
+tops=$("$PREDICT" --model "$M" --format jsonl "$TMP/plain.txt" | python3 -c 'import json,sys; print(sorted({len(json.loads(l)["top"]) for l in sys.stdin}))')
+[ "$tops" = "[1]" ] || fail "jsonl without --top-k: top lists of lengths $tops, expected [1]"
 att=$(printf '好吃的火锅\n' | "$PREDICT" --model "$M" --attention)
 grep -q '"tokens":\["好","吃","的","火","锅"\],"attention":\[\[\[\[' <<<"$att" || fail "--attention lacks tokens/attention: ${att:0:200}"
 # each attention row (5 keys) sums to 1

@@ -119,9 +119,11 @@ awk -v r="$(pad random)" -v b="$(pad base)" 'BEGIN{exit !(r > 3 * b && r > 10)}'
   || fail "data.bucket=false: padding $(pad random)% against $(pad base)% bucketed"
 run_k head --set data.max_len=8
 run_k headtail --set data.max_len=8 --set data.truncate=head_tail
+run_k cls --set model.pooling=cls
 [ "$(losses_of head)" != "$(losses_of headtail)" ] || fail "data.truncate=head_tail: the same losses as head"
-# mha-predict --eval truncates as training did (head_tail): the trainer's test record again
-for t in head headtail; do
+# mha-predict --eval truncates as training did (head_tail) and puts [CLS] first where the model
+# pools it: the trainer's test record again
+for t in head headtail cls; do
   want="$(records "$TMP/k-$t" test | field accuracy) $(records "$TMP/k-$t" test | field loss)"
   "$PREDICT" --model "$TMP/k-$t/model.mha" --eval data/sample/test.tsv --json >"$TMP/k-$t.eval"
   got="$(field accuracy <"$TMP/k-$t.eval") $(field loss <"$TMP/k-$t.eval")"
