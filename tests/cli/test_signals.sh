@@ -25,7 +25,9 @@ wait_for() {
 
 # SIGHUP
 tiny_config "$TMP/h.json" "$TMP/h" 5000
-"$TRAIN" --config "$TMP/h.json" --quiet >/dev/null 2>"$TMP/h.err" &
+# SIGHUP's default restored for the run: a test started with it ignored (from a nohup'ed shell)
+# would otherwise run the "stays ignored" case here
+env --default-signal=HUP "$TRAIN" --config "$TMP/h.json" --quiet >/dev/null 2>"$TMP/h.err" &
 pid=$!
 wait_for "$TMP/h/metrics.jsonl" '"update":3,' || fail "SIGHUP: the run did not start: $(tail -3 "$TMP/h.err")"
 kill -HUP $pid
