@@ -291,6 +291,17 @@ json_probs=$("$PREDICT" --model "$M" --format jsonl --top-k 2 "$TMP/plain.txt" \
   | python3 -c 'import json, sys
 for l in sys.stdin: print(" ".join("%.6f" % t["prob"] for t in json.loads(l)["top"]))')
 [ -n "$tsv_probs" ] && [ "$tsv_probs" = "$json_probs" ] || fail "jsonl top-2 probabilities differ from the tsv output's: $(diff <(echo "$tsv_probs") <(echo "$json_probs") | head -4)"
+# a blank line inside TSV input is no line "not TSV": answered (one output line each), no note
+printf '体育\t足球比赛\n\n科技\t新手机\n' | "$PREDICT" --model "$M" >"$TMP/bl.out" 2>"$TMP/bl.err" || fail "TSV with a blank line: failed"
+[ "$(wc -l <"$TMP/bl.out")" = 3 ] && ! grep -q "not TSV" "$TMP/bl.err" \
+  || fail "TSV with a blank line: $(wc -l <"$TMP/bl.out") outputs (expected 3), stderr: $(cat "$TMP/bl.err")"
+# a text of exactly data.max_line_bytes (1 MiB) is whole; one byte more is cut, and said
+for bytes in 1048576 1048577; do
+  head -c "$bytes" /dev/zero | tr '\0' 'a' >"$TMP/exact.txt"; echo >>"$TMP/exact.txt"
+  "$PREDICT" --model "$M" "$TMP/exact.txt" >/dev/null 2>"$TMP/exact.err" || fail "a $bytes-byte line: failed"
+  if [ $bytes = 1048576 ]; then ! grep -q "truncated" "$TMP/exact.err" || fail "a line of exactly max_line_bytes said truncated: $(cat "$TMP/exact.err")"
+  else grep -q "1 line with text longer than 1048576 bytes was truncated" "$TMP/exact.err" || fail "a line of max_line_bytes + 1: $(cat "$TMP/exact.err")"; fi
+done
 tops=$("$PREDICT" --model "$M" --format jsonl "$TMP/plain.txt" | python3 -c 'import json,sys; print(sorted({len(json.loads(l)["top"]) for l in sys.stdin}))')
 [ "$tops" = "[1]" ] || fail "jsonl without --top-k: top lists of lengths $tops, expected [1]"
 att=$(printf '好吃的火锅\n' | "$PREDICT" --model "$M" --attention)
