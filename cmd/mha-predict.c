@@ -329,9 +329,22 @@ static void note_detected_format(const char *name, long line_no, int format) {
 /* label<TAB>text input whose second column is (nearly) always a class name and whose first is
  * not has its columns swapped: the predictions would be of the labels. Judged on the lines
  * read before the first answer (a file's first 2048 lines; on a pipe, those that had come). */
+/* A first column of ASCII digits only: a line number or id, not a text (id<TAB>label is not
+ * text<TAB>label swapped: its lines are left out of the swapped-columns count). */
+static int is_id_column(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+/* Fewer TSV lines than this before the first answer (an interactive pipe answers line by line):
+ * too few to call the columns swapped. */
+#define SWAP_MIN_LINES 20
+
 static int check_not_swapped(const Predictor *p, const char *name, long n, long text_is_class,
                              long label_is_class, long first, MhaError *err) {
-    if (!columns_look_swapped(n, text_is_class, label_is_class)) return 0;
+    if (n < SWAP_MIN_LINES || !columns_look_swapped(n, text_is_class, label_is_class)) return 0;
     char known[512];
     labelmap_list(&p->ck.labels, known, sizeof known);
     return mha_fail(err, MHA_EXIT_DATA, "%s: the columns look swapped: in %ld of %ld lines the second column "
@@ -396,7 +409,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                 first_unparsed = line_no;
                 snprintf(unparsed_why, sizeof unparsed_why, "%.480s", e.msg);
             }
-        } else if (format == FORMAT_TSV && !blank && !swap_checked) {   /* line: the label column now */
+        } else if (format == FORMAT_TSV && !blank && !swap_checked && !is_id_column(line)) {   /* line: the label column now */
             const int t = labelmap_find_trimmed(&p->ck.labels, text, strlen(text)) >= 0;
             const int l = labelmap_find_trimmed(&p->ck.labels, line, strlen(line)) >= 0;
             tsv_lines++;

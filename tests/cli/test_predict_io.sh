@@ -207,8 +207,13 @@ awk -F'\t' -v OFS='\t' '{print $2, $1}' data/sample/dev.tsv >"$TMP/sw.tsv"
 expect_exit 1 "^mha-predict: error: $TMP/sw.tsv: the columns look swapped: in 120 of 120 lines the second column \(the text, in label<TAB>text\) is a label of the model \(体育, 旅游, 科技, 美食\) and the first is not \(first: line 1\); expected the text alone or 'label<TAB>text': swap the columns with awk -F'.t' -v OFS='.t' '\{print .2, .1\}' FILE > NEW, or keep the text alone with cut -f1 FILE > NEW$" \
   "$PREDICT" --model "$M" "$TMP/sw.tsv"
 [ -z "$("$PREDICT" --model "$M" "$TMP/sw.tsv" 2>/dev/null)" ] || fail "swapped columns: predictions were written"
-expect_exit 1 "^mha-predict: error: <stdin>: the columns look swapped: in 2 of 2 lines" "$PREDICT" --model "$M" - \
-  < <(printf '晚上去操场跑圈\t体育\n香辣蟹炒得太入味\t 美食 \n')
+expect_exit 1 "^mha-predict: error: <stdin>: the columns look swapped: in 20 of 20 lines" "$PREDICT" --model "$M" - \
+  < <(for _ in $(seq 10); do printf '晚上去操场跑圈\t体育\n香辣蟹炒得太入味\t 美食 \n'; done)
+# ... but not on fewer than 20 lines (an interactive pipe's first answer may come after one),
+# nor with an id column first (id<TAB>label: a number is no text)
+printf '晚上去操场跑圈\t体育\n' | "$PREDICT" --model "$M" >/dev/null 2>&1 || fail "one text<TAB>label line refused as swapped"
+for i in $(seq 30); do printf '%d\t体育\n' "$i"; done | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/ids.err" \
+  || fail "id<TAB>label lines refused as swapped: $(cat "$TMP/ids.err")"
 expect_exit 1 "^mha-predict: error: $TMP/sw.tsv: the label and text look swapped: in 120 of 120 lines the text is a label of the training set \(体育, 旅游, 科技, 美食\) and the label is not \(first: line 1\); expected 'label<TAB>text': swap the columns with awk -F'.t' -v OFS='.t' '\{print .2, .1\}' FILE > NEW$" \
   "$PREDICT" --model "$M" --eval "$TMP/sw.tsv"
 # ... but not a few such lines among label<TAB>text ones, nor a file of labels as plain text,
