@@ -563,7 +563,9 @@ static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err)
         const char *slash = strrchr(arg, '/');
         if (slash) snprintf(dir, sizeof dir, "%.*s", slash == arg ? 1 : (int)(slash - arg), arg);
         else snprintf(dir, sizeof dir, ".");
-        if (!strcmp(slash ? slash + 1 : arg, "last.mha")) return 0;
+        /* only a missing model.mha is the unfinished run's: another name is a typo, which
+         * checkpoint_load reports as such */
+        if (strcmp(slash ? slash + 1 : arg, "model.mha") != 0) return 0;
     }
     if (stat(path, &st) == 0 || errno != ENOENT) return 0;
     char last[4200];

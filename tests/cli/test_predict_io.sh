@@ -349,6 +349,8 @@ for model in "$S/model.mha" "$S" "$S/"; do
   expect_exit 1 "^mha-predict: error: $S/model.mha: no such file: the run in $S has not finished \(or was stopped before it saved its model\): $S/last.mha holds its latest parameters \(mha-predict --model $S/last.mha\), or finish the run with mha-train --resume $S/last.mha$" \
     "$PREDICT" --model "$model" "$TMP/plain.txt"
 done
+# another missing name beside last.mha is a typo, not the unfinished run's model.mha
+expect_exit 1 "^mha-predict: error: $S/modle.mha: cannot open checkpoint \(No such file or directory\)$" "$PREDICT" --model "$S/modle.mha" "$TMP/plain.txt"
 (cd "$S" && "$PREDICT" --model model.mha - </dev/null 2>&1 | grep -q "the run in \. has not finished .*--model \./last.mha") \
   || fail "model.mha missing in the working directory: no hint"
 "$PREDICT" --model "$S/last.mha" "$TMP/plain.txt" >"$TMP/pl2" && [ "$(wc -l <"$TMP/pl2")" = "$n" ] || fail "--model DIR/last.mha of a stopped run"
