@@ -44,6 +44,25 @@ static void on_signal(int sig) {
     errno = saved_errno;
 }
 
+static int g_hup_handled;   /* SIGHUP went to on_signal (not when the run started with it ignored) */
+
+/* For the training loop: SIGINT, SIGTERM and SIGHUP stop it after a step (on_signal). */
+static void catch_stop_signals(void) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    struct sigaction hup;
+    g_hup_handled = sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN;
+    if (g_hup_handled) signal(SIGHUP, on_signal);
+}
+
+/* After it (last.mha holds the finished training): they end the process at once again, and
+ * --resume does what is left (model.mha, the test report). */
+static void release_stop_signals(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (g_hup_handled) signal(SIGHUP, SIG_DFL);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -513,10 +532,7 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
     /* Ctrl-C and SIGTERM save and stop (also in a script's background job, where the shell
      * ignores SIGINT for it); SIGHUP (the terminal or ssh session gone) too, unless the run was
      * started with it ignored (nohup, trap '' HUP): then it stays ignored */
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    struct sigaction hup;
-    if (sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN) signal(SIGHUP, on_signal);
+    catch_stop_signals();
     const long end = opt->max_steps > 0 && opt->max_steps < r->total_updates ? opt->max_steps : r->total_updates;
     const long every = (end - r->update) / 100;   /* about 100 lines a run (fewer off a terminal: 5 s apart) */
     Progress pg = {.tty = isatty(fileno(stderr)) && !opt->quiet, .quiet = opt->quiet, .t_start = now_s(),
@@ -777,7 +793,15 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if ((rc = open_metrics_log(&r, have_resume, err))) goto out;
 
     StopReason stop;
-    if ((rc = train_epochs(&r, &bt, opt, &stop, err)) || stop == STOP_PAUSED) goto out;
+    rc = train_epochs(&r, &bt, opt, &stop, err);
+    release_stop_signals();
+    if (rc || stop == STOP_PAUSED) goto out;
+    if (g_interrupted) {   /* came after the last update's step: the training is saved, the rest is not done */
+        fprintf(stderr, "interrupted after the last update: %s/last.mha holds the finished training (continue with "
+                "--resume %s/last.mha for model.mha and the test report)\n", cfg->out_dir, cfg->out_dir);
+        rc = 130;
+        goto out;
+    }
     rc = finish_run(&r, opt->quiet, err);
 out:
     if (rc && !have_resume) run_dir_remove_if_unused(cfg->out_dir);

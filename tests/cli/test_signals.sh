@@ -115,6 +115,21 @@ sed -e "s#$TMP/e-train.tsv#$TMP/v-train.tsv#" -e "s#$TMP/e\"#$TMP/v\"#" -e 's#"l
 interrupt_eval v 2 "eval_every evaluation"
 [ "$(grep -c '"type":"dev"' "$TMP/v/metrics.jsonl")" = 3 ] || fail "eval_every run: expected dev records at updates 2, 4, 6: $(cat "$TMP/v/metrics.jsonl")"
 
+# Ctrl-C after the training, during the test report: the process ends at once (the training
+# is in last.mha; before, "stopping: saving last.mha" was said and the whole report ran, exit 0),
+# and --resume gives the report.
+sed -e "s#\"dev\": \"$TMP/e-dev.tsv\"#\"test\": \"$TMP/e-dev.tsv\"#" -e "s#$TMP/e\"#$TMP/r\"#" -e 's#"epochs": 2#"epochs": 1#' \
+  "$TMP/e.json" >"$TMP/r.json"
+"$TRAIN" --config "$TMP/r.json" >"$TMP/r1.out" 2>"$TMP/r1.err" &
+pid=$!
+wait_for "$TMP/r1.err" "^training done" || fail "report run: no 'training done': $(tail -3 "$TMP/r1.err")"
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 130 ] && ! grep -q "stopping: saving" "$TMP/r1.err" && ! grep -q '"type":"test"' "$TMP/r/metrics.jsonl" \
+  || fail "Ctrl-C during the test report: exit $rc (expected 130, at once): $(tail -2 "$TMP/r1.err")"
+"$TRAIN" --resume "$TMP/r/last.mha" >"$TMP/r2.out" 2>"$TMP/r2.err" && grep -q '"type":"test"' "$TMP/r/metrics.jsonl" \
+  && grep -q "^accuracy" "$TMP/r2.out" || fail "Ctrl-C during the test report: --resume gave no report: $(tail -3 "$TMP/r2.err")"
+
 # The output folder moved aside (and a new one made at its path) while the run trains.
 tiny_config "$TMP/m.json" "$TMP/m" 5000
 "$TRAIN" --config "$TMP/m.json" --quiet >/dev/null 2>"$TMP/m.err" &
