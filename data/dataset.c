@@ -331,7 +331,7 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
 /* keep_unknown_labels, once the file is read: a file whose texts are the labels (columns
  * swapped), or that has no label of the training set at all (another dataset's file?), is an
  * error rather than an evaluation where every line is wrong. */
-static int check_unlabelmap_list(Reader *r, MhaError *err) {
+static int check_unknown_labels(Reader *r, MhaError *err) {
     const Dataset *d = r->d;
     const long n = d->n_known_label + d->n_unknown_label;   /* labelled lines */
     char known[512], seen[512];
@@ -453,7 +453,7 @@ static int read_examples(Reader *r, MhaError *err) {
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: read error after line %ld (%s)", r->name, line_no,
                       strerror(errno ? errno : EIO));
     d->format = format;
-    if (!rc && d->n > 0 && r->labels && o->keep_unknown_labels) rc = check_unlabelmap_list(r, err);
+    if (!rc && d->n > 0 && r->labels && o->keep_unknown_labels) rc = check_unknown_labels(r, err);
     if (!rc && d->n == 0) {
         char why[160] = "";   /* what the non-empty lines were */
         if (d->n_no_text)

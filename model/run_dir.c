@@ -86,7 +86,7 @@ int run_dir_lock(const char *dir, MhaError *err) {
                         "supports flock (a local disk rather than some network file systems)", dir, path,
                         strerror(e));
     }
-    /* the folder this run holds, by the lock file's own folder: saves go there only
+    /* the folder this run holds (opened by path right after its lock file): saves go there only
      * (run_dir_check, run_dir_fd) */
     snprintf(path, sizeof path, "%s", dir);
     int dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
