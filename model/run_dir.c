@@ -72,12 +72,26 @@ int run_dir_lock(const char *dir, MhaError *err) {
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
         return mha_fail(err, MHA_EXIT_USAGE, "%s: output.dir names a file, not a folder (choose another "
                         "output.dir)", dir);
+    /* the folder this run holds, opened once: its lock file is made in it and the saves go
+     * through it (run_dir_fd), so the lock and the checkpoints are in the same folder whatever
+     * happens to the path (run_dir_check) */
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0 || fstat(dir_fd, &st) != 0) {
+        int e = errno;
+        if (dir_fd >= 0) close(dir_fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open the output folder (%s)", dir, strerror(e));
+    }
     snprintf(path, sizeof path, "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(errno));
+    int fd = openat(dir_fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        close(dir_fd);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create lock file (%s)", path, strerror(e));
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         close(fd);
+        close(dir_fd);
         if (e == EWOULDBLOCK || e == EAGAIN)
             return mha_fail(err, MHA_EXIT_DATA, "%s: another mha-train is writing to this folder "
                             "(wait for it, or set output.dir to another folder)", dir);
@@ -85,16 +99,6 @@ int run_dir_lock(const char *dir, MhaError *err) {
                         "that two runs never write to it at once: put output.dir on a file system that "
                         "supports flock (a local disk rather than some network file systems)", dir, path,
                         strerror(e));
-    }
-    /* the folder this run holds (opened by path right after its lock file): saves go there only
-     * (run_dir_check, run_dir_fd) */
-    snprintf(path, sizeof path, "%s", dir);
-    int dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0 || fstat(dir_fd, &st) != 0) {
-        int e = errno;
-        if (dir_fd >= 0) close(dir_fd);
-        close(fd);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open the output folder (%s)", dir, strerror(e));
     }
     locked_dev = st.st_dev;
     locked_ino = st.st_ino;
