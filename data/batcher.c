@@ -106,18 +106,15 @@ int batcher_init(Batcher *b, const Dataset *ds, int batch_size, int max_len, int
     b->bucket = bucket != 0;
     b->seed = seed;
     size_t n = (size_t)ds->n, nb = n ? (n - 1) / (size_t)batch_size + 1 : 0;
-    /* one batch's buffers: no batch holds more than the dataset's examples (a batch_size of
-     * 10^6 on 654 lines lays out 654) */
-    size_t most = n < (size_t)batch_size ? (n ? n : 1) : (size_t)batch_size;
-    size_t cells = most * (size_t)max_len;
+    size_t cells = (size_t)batch_size * (size_t)max_len;
     b->order = malloc((n + 1) * sizeof *b->order);
     b->batch_start = malloc((n + 1) * sizeof *b->batch_start);   /* up to n batches (max_tokens) */
     b->keys = malloc((n + 1) * sizeof *b->keys);
     b->tmp = malloc((n + nb + 1) * sizeof *b->tmp);
     b->batch.ids = malloc(cells * sizeof *b->batch.ids);
-    b->batch.lengths = malloc(most * sizeof *b->batch.lengths);
-    b->batch.labels = malloc(most * sizeof *b->batch.labels);
-    b->batch.index = malloc(most * sizeof *b->batch.index);
+    b->batch.lengths = malloc((size_t)batch_size * sizeof *b->batch.lengths);
+    b->batch.labels = malloc((size_t)batch_size * sizeof *b->batch.labels);
+    b->batch.index = malloc((size_t)batch_size * sizeof *b->batch.index);
     if (!b->order || !b->batch_start || !b->keys || !b->tmp || !b->batch.ids ||
         !b->batch.lengths || !b->batch.labels || !b->batch.index) {
         batcher_free(b);

@@ -70,8 +70,9 @@ printf 'not a checkpoint at all, just text\n' >"$TMP/fake.mha"
 expect_exit 1 "not an mha checkpoint" "$PREDICT" --model "$TMP/fake.mha"
 : >"$TMP/empty.mha"
 expect_exit 1 "too short" "$PREDICT" --model "$TMP/empty.mha"
-# A batch_size far above the data's size: batches (and their buffers) of the data's size
-"$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/huge" --set train.batch_size=1000000 --set data.max_len=4096 \
+# A batch_size far above the data's size: the model's buffers for the data's size (batches of
+# 654, not 10^6; the batcher's buffers, ids only, are still laid out for train.batch_size)
+"$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/huge" --set train.batch_size=1000000 \
   --max-steps 1 --quiet >/dev/null 2>"$TMP/huge.err" || fail "train.batch_size=1000000 on 654 lines: $(tail -2 "$TMP/huge.err")"
 # A model that does not fit in memory: exit 1, what it needs and what to lower (its batch: the
 # 654 training examples, not the 4096 asked, which no batch of this data reaches). The CPU
