@@ -212,7 +212,8 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
         if (lab < 0) return oom(err, r->name);
     } else if (label && r->labels) {
         lab = labelmap_find(r->labels, label);
-        d->n_text_is_label += labelmap_find_trimmed(r->labels, text, tlen) >= 0;   /* swapped columns? */
+        if (o->keep_unknown_labels)   /* swapped columns? (check_unknown_labels; not for training's dev/test) */
+            d->n_text_is_label += labelmap_find_trimmed(r->labels, text, tlen) >= 0;
         if (lab >= 0) {
             d->n_known_label++;
         } else if (o->keep_unknown_labels) {   /* class K + j: evaluated, and wrong whatever is predicted */

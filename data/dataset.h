@@ -55,7 +55,7 @@ typedef struct {
     int format;                 /* FORMAT_* the lines were read as (AUTO: no line decided it) */
     /* dataset_load with a label map: */
     long n_known_label;         /* lines whose label is in the map */
-    long n_text_is_label;       /* lines whose text (blanks trimmed) is a label of the map */
+    long n_text_is_label;       /* keep_unknown_labels: lines whose text (blanks trimmed) is a label of the map */
     VocabCounter *unknown_labels;   /* keep_unknown_labels: the labels not in the map, in order of
                                        first occurrence, each counted per line; NULL: none */
     long n_unknown_label, first_unknown_label;   /* lines with such a label; the first one's number */
