@@ -157,7 +157,7 @@ static const KeyDesc KEYS[] = {
      "compute device; auto uses CUDA when available"},
     {"train.precision", T_STR, FIELD(precision), 0, "fp32", 0, 0, 0, PRECISIONS,
      "compute precision; bf16: products in bf16 with fp32 accumulation (CUDA, or a CPU with "
-     "AVX512_BF16; elsewhere fp32, with a note)"},
+     "AVX512_BF16, on AMX tiles where it has them; elsewhere fp32, with a note)"},
     {"train.tf32", T_BOOL, FIELD(tf32), 0, NULL, 0, 0, 0, NULL,
      "allow TF32 matrix multiplies on CUDA"},
 

@@ -20,7 +20,7 @@ static inline int mha_cpu_avx512(void) {
 #endif
 }
 
-/* ... and vdpbf16ps (gemm_bf16.c). */
+/* ... and vdpbf16ps (gemm_bf16.c; its AMX kernels ask for AMX there: the OS must grant it). */
 static inline int mha_cpu_avx512_bf16(void) {
 #ifdef MHA_CPU_X86
     return mha_cpu_avx512() && __builtin_cpu_supports("avx512bf16");

@@ -5,24 +5,61 @@
  * columns of C lives in 16 zmm accumulators; per k pair it loads two vectors of packed B and
  * broadcasts one (a[2kk], a[2kk+1]) dword per row into vdpbf16ps. A is packed per call in
  * blocks of MHA_BF16_KC columns so a panel of B (KC x 32 bf16, 16 KiB) stays in L1 while
- * every row block of A passes over it. The portable path runs the same loops in C. */
+ * every row block of A passes over it. The portable path runs the same loops in C.
+ *
+ * AMX path (CPUs with AMX-BF16, Linux granting the tile state, MHA_CPU_AMX not 0): the same
+ * packed A and B and the same depth blocks, but 16 rows x 32 columns of C at a time in two
+ * tile registers, tdpbf16ps taking 32 k per instruction straight from the packed panels (a
+ * panel's k-pair rows are exactly a tile's rows). Its sums are not vdpbf16ps's bit for bit
+ * (the hardware's order of additions inside an instruction is its own); each row of C still
+ * depends only on its row of A, so results do not depend on the thread count. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16.h"
 
 #ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#include <cpuid.h>
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
 
-static int force_portable;
+static int force_portable, amx_off;
 
 int mha_bf16_fast(void) { return !force_portable && mha_cpu_avx512_bf16(); }
 int mha_bf16_cpu_supported(void) { return mha_cpu_avx512_bf16(); }
 void mha_bf16_force_portable(int on) { force_portable = on; }
+void mha_bf16_allow_amx(int on) { amx_off = !on; }
+
+/* 1 when the CPU has AMX-TILE and AMX-BF16 and Linux lets this process use the tile state
+ * (it must ask once: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)), and MHA_CPU_AMX is not "0".
+ * Decided once; threads racing on the first call all get the same answer. */
+int mha_bf16_amx_supported(void) {
+    static int state = -1;   /* -1 not asked yet, else the answer */
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s >= 0) return s;
+    s = 0;
+#if defined(MHA_CPU_X86) && defined(__linux__) && defined(SYS_arch_prctl)
+    unsigned a, b, c, d;
+    const char *env = getenv("MHA_CPU_AMX");
+    if (mha_cpu_avx512_bf16() && !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+        (d & (1u << 24)) && (d & (1u << 22)))                  /* AMX-TILE, AMX-BF16 */
+        s = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    __atomic_store_n(&state, s, __ATOMIC_RELEASE);
+    return s;
+}
+
+/* The AMX kernels run now: on the fast path, supported, not switched off by a test. */
+int mha_bf16_amx(void) { return mha_bf16_fast() && !amx_off && mha_bf16_amx_supported(); }
 
 /* ------------------------------------------------------------------ scalar conversion */
 
@@ -312,11 +349,115 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *
 }
 #endif
 
+#ifdef MHA_CPU_X86
+#define AMX_ROWS 16   /* rows of C per tile */
+#define AMX_K 32      /* k per tile product: 16 pairs */
+
+/* ldtilecfg's 64-byte operand (palette 1). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];   /* bytes per row of tile t */
+    uint8_t rows[16];
+} AmxTileConfig;
+
+/* Tiles for a depth of kl (even): 0, 1 C (16 rows x 16 fp32, columns 0-15 and 16-31 of a
+ * panel); 2 A (16 rows x 32 bf16); 3, 4 B (16 k pairs x 16 columns' pairs); for the last
+ * kr = kl % 32 of the depth, 5 A (16 rows x kr bf16) and 6, 7 B (kr/2 k pairs). */
+AMX_TARGET static void amx_configure(int kl) {
+    AmxTileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) cfg.colsb[t] = 64, cfg.rows[t] = AMX_ROWS;
+    const int kr = kl % AMX_K;
+    if (kr > 0) {
+        cfg.colsb[5] = (uint16_t)(2 * kr), cfg.rows[5] = AMX_ROWS;
+        cfg.colsb[6] = cfg.colsb[7] = 64, cfg.rows[6] = cfg.rows[7] = (uint8_t)(kr / 2);
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* c (mr x nr, stride ldc) = start + a (16 rows of kl bf16, a_bytes apart) @ b (kl/2, NR, 2);
+ * start as in kernel_fast. Tiles configured by amx_configure(kl). */
+AMX_TARGET static void kernel_amx(const uint16_t *a, size_t a_bytes, const uint16_t *b, int kl, float *c, int ldc,
+                                  int mr, int nr, int add, const float *bias) {
+    _Alignas(64) float acc[AMX_ROWS][MHA_BF16_NR];
+    const size_t b_bytes = 2 * MHA_BF16_NR * sizeof *b;   /* one k pair's row of the panel */
+    const int kf = kl - kl % AMX_K;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int k = 0; k < kf; k += AMX_K) {
+        _tile_loadd(2, a + k, a_bytes);
+        _tile_loadd(3, b + (size_t)k * MHA_BF16_NR, b_bytes);
+        _tile_loadd(4, b + (size_t)k * MHA_BF16_NR + 32, b_bytes);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_dpbf16ps(1, 2, 4);
+    }
+    if (kf < kl) {
+        _tile_loadd(5, a + kf, a_bytes);
+        _tile_loadd(6, b + (size_t)kf * MHA_BF16_NR, b_bytes);
+        _tile_loadd(7, b + (size_t)kf * MHA_BF16_NR + 32, b_bytes);
+        _tile_dpbf16ps(0, 5, 6);
+        _tile_dpbf16ps(1, 5, 7);
+    }
+    _tile_stored(0, &acc[0][0], sizeof acc[0]);
+    _tile_stored(1, &acc[0][16], sizeof acc[0]);
+    const __mmask16 k0 = first_mask(nr), k1 = first_mask(nr - 16);
+    const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias && k1 ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+    for (int m = 0; m < mr; m++) {
+        float *cr = c + (size_t)m * ldc;
+        __m512 s0 = add ? _mm512_maskz_loadu_ps(k0, cr) : bias0;
+        _mm512_mask_storeu_ps(cr, k0, _mm512_add_ps(s0, _mm512_load_ps(&acc[m][0])));
+        if (k1) {
+            __m512 s1 = add ? _mm512_maskz_loadu_ps(k1, cr + 16) : bias1;
+            _mm512_mask_storeu_ps(cr + 16, k1, _mm512_add_ps(s1, _mm512_load_ps(&acc[m][16])));
+        }
+    }
+}
+
+/* depth_block on AMX. Rows [0, a_rows) of a are readable; a last group of 16 rows that would
+ * read past them takes its rows from a zero-padded copy. */
+AMX_TARGET static void depth_block_amx(int M, int N, const uint16_t *a, int a_stride, int a_rows,
+                                       const uint16_t *packed_b, size_t panel, int k0, int kl,
+                                       float *c, int ldc, int add, const float *bias) {
+    _Alignas(64) uint16_t tail[AMX_ROWS * MHA_BF16_KC];   /* (16, kl) */
+    const int np = mha_bf16_panels(N), full = M - M % AMX_ROWS;
+    const int tail_copy = full < M && full + AMX_ROWS > a_rows;
+    if (tail_copy) {
+        memset(tail, 0, sizeof tail);
+        for (int m = full; m < M; m++)
+            memcpy(tail + (size_t)(m - full) * kl, a + (size_t)m * a_stride, (size_t)kl * sizeof *a);
+    }
+    amx_configure(kl);
+    for (int p = 0; p < np; p++) {
+        const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
+        const int n0 = p * MHA_BF16_NR, nr = N - n0 < MHA_BF16_NR ? N - n0 : MHA_BF16_NR;
+        const float *bias_p = !add && bias ? bias + n0 : NULL;
+        for (int m0 = 0; m0 < M; m0 += AMX_ROWS) {
+            const int mr = M - m0 < AMX_ROWS ? M - m0 : AMX_ROWS;
+            float *cp = c + (size_t)m0 * ldc + n0;
+            if (m0 == full && tail_copy)
+                kernel_amx(tail, (size_t)kl * sizeof *a, bp, kl, cp, ldc, mr, nr, add, bias_p);
+            else
+                kernel_amx(a + (size_t)m0 * a_stride, (size_t)a_stride * sizeof *a, bp, kl, cp, ldc, mr, nr, add, bias_p);
+        }
+    }
+    _tile_release();
+}
+#endif
+
 /* One depth block [k0, k0 + kl) of C (M, N) (+)= A @ B: a points at A's row 0, column k0 in
  * bf16, rows a_stride apart (rows up to M rounded up to MHA_BF16_MR readable); packed_b's
  * panels hold `panel` elements each. add: C += the block, else C = bias (or 0) + the block. */
 static void depth_block(int M, int N, const uint16_t *a, int a_stride, const uint16_t *packed_b, size_t panel,
                         int k0, int kl, float *c, int ldc, int add, const float *bias) {
+#ifdef MHA_CPU_X86
+    if (mha_bf16_amx()) {
+        const int a_rows = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
+        depth_block_amx(M, N, a, a_stride, a_rows, packed_b, panel, k0, kl, c, ldc, add, bias);
+        return;
+    }
+#endif
     const int np = mha_bf16_panels(N), fast = mha_bf16_fast();
     for (int p = 0; p < np; p++) {
         const uint16_t *bp = packed_b + (size_t)p * panel + (size_t)k0 * MHA_BF16_NR;
@@ -385,11 +526,31 @@ void mha_bf16_gemm_packed_a(int M, int N, int K, const uint16_t *a, int a_stride
 /* ------------------------------------------------------------------ cblas-like entry */
 
 /* One thread's packing buffers, grown on demand and kept (a thread's step allocates nothing
- * once warm). */
+ * once warm), freed when the thread exits (OpenMP ends its surplus workers when a region asks
+ * for fewer threads than the one before). */
 static _Thread_local uint16_t *tl_packed, *tl_scratch;
 static _Thread_local size_t tl_packed_cap, tl_scratch_cap;
+static _Thread_local int tl_freed_at_exit;
+static pthread_key_t buffers_key;   /* its destructor runs in each exiting thread that set it */
+static pthread_once_t buffers_key_once = PTHREAD_ONCE_INIT;
+
+static void buffers_free(void *unused) {
+    (void)unused;
+    free(tl_packed), free(tl_scratch);
+    tl_packed = tl_scratch = NULL;
+    tl_packed_cap = tl_scratch_cap = 0;
+}
+
+static void buffers_key_create(void) {
+    if (pthread_key_create(&buffers_key, buffers_free) != 0) buffers_key = (pthread_key_t)-1;
+}
 
 static uint16_t *tl_buffer(uint16_t **p, size_t *cap, size_t elems) {
+    if (!tl_freed_at_exit) {   /* the thread's first buffer: have them freed at its exit */
+        pthread_once(&buffers_key_once, buffers_key_create);
+        if (buffers_key != (pthread_key_t)-1) pthread_setspecific(buffers_key, &tl_freed_at_exit);
+        tl_freed_at_exit = 1;
+    }
     if (elems > *cap) {
         free(*p);
         *p = aligned_alloc(64, (elems * sizeof **p + 63) & ~(size_t)63);

@@ -7,7 +7,10 @@
  * AVX512_BF16 the fast path runs that instruction; elsewhere a portable loop computes the
  * same function, except that vdpbf16ps also treats subnormal products and sums as zero
  * where the portable loop keeps them (values below 1.2e-38; the tests compare both paths
- * with each other and against a double reference).
+ * with each other and against a double reference). On CPUs with AMX-BF16 the fast path runs
+ * tdpbf16ps on tile registers instead: the same products, added in the hardware's own order
+ * (not vdpbf16ps's bits; within the same bound of the double reference). MHA_CPU_AMX=0 in the
+ * environment keeps the vdpbf16ps kernels.
  *
  * B is packed once (mha_bf16_pack_b) and shared by the threads; each call of
  * mha_bf16_gemm packs its own rows of A into the caller's scratch. Packed B layout:
@@ -31,6 +34,14 @@ int mha_bf16_fast(void);
 int mha_bf16_cpu_supported(void);
 /* Tests: force the portable path (1) or allow the fast one again (0). */
 void mha_bf16_force_portable(int on);
+/* 1 when this CPU has AMX-BF16, Linux lets the process use the tile registers, and
+ * MHA_CPU_AMX is not "0" (asked once, on the first call). */
+int mha_bf16_amx_supported(void);
+/* 1 when the fast path runs its AMX kernels: mha_bf16_fast(), AMX supported, not switched off. */
+int mha_bf16_amx(void);
+/* Tests and benchmarks: let the fast path use AMX where supported (1, the default) or keep it
+ * on the AVX512-BF16 kernels (0). */
+void mha_bf16_allow_amx(int on);
 
 /* fp32 -> bf16 bits: round to nearest even, subnormals to signed zero, NaN stays NaN. */
 uint16_t mha_bf16_round(float x);

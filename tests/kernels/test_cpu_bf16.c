@@ -6,7 +6,8 @@
  *     zero, infinities, NaN, overflow to inf), against a value-based reference on every
  *     sign/exponent/mantissa-top pattern with critical low halves, and mha_bf16_to_float
  *     round trips of all 65536 bf16 patterns.
- *  2. mha_bf16_pack_b + mha_bf16_gemm, fast (AVX512-BF16) and portable paths, all four
+ *  2. mha_bf16_pack_b + mha_bf16_gemm, fast (AVX512-BF16, and AMX where the CPU has it) and
+ *     portable paths, all four
  *     (trans_a, trans_b), awkward sizes (K odd, K > MHA_BF16_KC, N not a multiple of 32, M not
  *     a multiple of 8), strides above the minimum whose unused cells hold NaN, C accumulated
  *     into, guard cells after each row of C that must stay bit-identical, the packed B layout
@@ -32,13 +33,18 @@
  * measured (<= 0.05 tol_k on every case here: 5e-8 .. 3e-7), while bugs land far above it:
  * an unrounded input or ties rounded up ~1e-3, a lost k pair or a wrong index ~1e-1, a NaN
  * read from outside the matrix: inf.
- * Without AVX512_BF16 the fast-path checks print "skipped" and the portable ones still run. */
+ * Without AVX512_BF16 the fast-path checks print "skipped" and the portable ones still run.
+ * Checks 2, 3, 5, 6 and 7 run once on the fast path's AVX512-BF16 kernels and, on a CPU with
+ * AMX-BF16, once more on its AMX kernels (tdpbf16ps: the same bounds; its sums are not
+ * vdpbf16ps's bit for bit, so "bit-identical" there means AMX against AMX). */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/layers_f32.h"
@@ -48,6 +54,7 @@
 #include "tests/test_util.h"
 
 static int have_fast = 0;   /* the CPU runs the AVX512-BF16 path */
+static const char *fast_name = "fast";   /* the fast kernels under test: "avx512" or "amx" */
 
 static double tol_k(int K) { return 8.0 * sqrt((double)K + 1.0) * ldexp(1.0, -24); }
 
@@ -61,6 +68,25 @@ static void skipped(const char *what) { printf("%-58s skipped (no AVX512_BF16)\n
 /* 64-byte aligned (the fast path loads packed B and the scratch with aligned loads) */
 static uint16_t *u16_aligned(size_t n) {
     return test_aligned((n * sizeof(uint16_t) + 63) & ~(size_t)63);
+}
+
+/* u16_aligned whose end (rounded up to 64 bytes) touches an unreadable page: a kernel reading
+ * past the buffer stops the test with SIGSEGV. (The AMX kernels' tile loads are instructions
+ * AddressSanitizer does not see.) Freed with u16_fenced_free(p, n). */
+static uint16_t *u16_fenced(size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(uint16_t) + 63) & ~(size_t)63;
+    const size_t data = (bytes + pg - 1) / pg * pg;
+    char *base = mmap(NULL, data + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + data, pg, PROT_NONE) != 0) {
+        perror("u16_fenced");
+        exit(1);
+    }
+    return (uint16_t *)(void *)(base + data - bytes);
+}
+static void u16_fenced_free(uint16_t *p, size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(uint16_t) + 63) & ~(size_t)63;
+    const size_t data = (bytes + pg - 1) / pg * pg;
+    munmap((char *)p + bytes - data, data + pg);
 }
 
 /* x rounded to bf16, back in float */
@@ -220,7 +246,7 @@ static void run_gemm(int portable, int M, int N, int K, const float *a, int lda,
                      int tb, float *c, int ldc, long *pack_bad) {
     mha_bf16_force_portable(portable);
     size_t pe = mha_bf16_packed_b_elems(K, N), se = mha_bf16_scratch_elems(M);
-    uint16_t *packed = u16_aligned(pe), *scratch = u16_aligned(se);
+    uint16_t *packed = u16_aligned(pe), *scratch = u16_fenced(se);   /* rows of packed A past the scratch fault */
     for (size_t i = 0; i < pe; i++) packed[i] = 0x7fc1;   /* NaN: unwritten padding shows */
     for (size_t i = 0; i < se; i++) scratch[i] = 0x7fc1;
     const int np = mha_bf16_panels(N);
@@ -229,7 +255,7 @@ static void run_gemm(int portable, int M, int N, int K, const float *a, int lda,
     *pack_bad += pack_mismatches(packed, b, ldb, tb, K, N);
     mha_bf16_gemm(M, N, K, a, lda, ta, packed, c, ldc, 1, NULL, NULL, scratch);
     free(packed);
-    free(scratch);
+    u16_fenced_free(scratch, se);
     mha_bf16_force_portable(0);
 }
 
@@ -289,7 +315,7 @@ static void test_gemm(void) {
                 if (!guards_intact(c, M, N, ldc)) {
                     if (guards_ok[path])
                         printf("  %s: guard cell of C changed (M=%d N=%d K=%d ta=%d tb=%d)\n",
-                               path ? "portable" : "fast", M, N, K, ta, tb);
+                               path ? "portable" : fast_name, M, N, K, ta, tb);
                     guards_ok[path] = 0;
                 }
                 float *g = path ? got : gotf;
@@ -335,7 +361,7 @@ static void test_gemm(void) {
     static const char *tn[4] = {"A   @ B  ", "A   @ B^T", "A^T @ B  ", "A^T @ B^T"};
     char what[128];
     for (int path = 0; path < 2; path++) {
-        const char *pn = path ? "portable" : "fast";
+        const char *pn = path ? "portable" : fast_name;
         for (int t = 0; t < 4; t++) {
             snprintf(what, sizeof what, "gemm %-8s %s, %d sizes (worst %dx%dx%d)", pn, tn[t], NSIZES,
                      sizes[worst_at[path][t]].M, sizes[worst_at[path][t]].N, sizes[worst_at[path][t]].K);
@@ -358,8 +384,9 @@ static void test_gemm(void) {
         }
     }
     if (have_fast) {
-        test_result("gemm fast vs portable (all cases, worst err / tol_k(K))", fp_err, fp_tol);
-        printf("  (fast and portable results %s bit-identical)\n", bitwise_same ? "are" : "are not");
+        snprintf(what, sizeof what, "gemm %s vs portable (all cases, worst err / tol_k(K))", fast_name);
+        test_result(what, fp_err, fp_tol);
+        printf("  (%s and portable results %s bit-identical)\n", fast_name, bitwise_same ? "are" : "are not");
     } else {
         skipped("gemm fast vs portable");
     }
@@ -371,7 +398,7 @@ static void test_gemm(void) {
 /* ============================== 3. linear layer ============================== */
 
 static void test_linear(int portable, int N, int IC, int OC) {
-    const char *pn = portable ? "portable" : "fast";
+    const char *pn = portable ? "portable" : fast_name;
     char what[128];
     if (!portable && !have_fast) {
         snprintf(what, sizeof what, "linear %s N=%d IC=%d OC=%d", pn, N, IC, OC);
@@ -547,10 +574,12 @@ static void test_gemm_start_and_sums(void) {
                     if (e / tol_k(K) > worst / worst_tol) worst = e, worst_tol = tol_k(K);
                     free(a), free(b), free(c), free(bias), free(rs), free(rs0), free(packed), free(scratch);
                 }
-        test_result(portable ? "gemm C = bias + A@B (old C NaN), portable" : "gemm C = bias + A@B (old C NaN), fast",
-               worst, worst_tol);
-        test_expect(portable ? "gemm row sums of A bit-exact, portable" : "gemm row sums of A bit-exact, fast",
-               sums_bad == 0 && nan_seen == 0);
+        const char *pn = portable ? "portable" : fast_name;
+        char what[96];
+        snprintf(what, sizeof what, "gemm C = bias + A@B (old C NaN), %s", pn);
+        test_result(what, worst, worst_tol);
+        snprintf(what, sizeof what, "gemm row sums of A bit-exact, %s", pn);
+        test_expect(what, sums_bad == 0 && nan_seen == 0);
     }
 }
 
@@ -616,7 +645,8 @@ static void test_attention(void) {
  * portable kernels, accumulate on and off (C starts as random values), odd K (A's column K
  * zero), K over MHA_BF16_KC (two depth blocks), B packed for more rows than K (b_rows > K: its
  * rows past K real values, multiplied by A's zero column or not reached), a_stride wider than
- * K, M not a multiple of 8 (A's rows up to the micro-tile zero), N over one panel. */
+ * K, M not a multiple of 8 (A's rows up to the micro-tile zero), N over one panel. A ends at an
+ * unreadable page: only rows up to M rounded up to 8 may be read (AMX takes 16 at a time). */
 static void test_gemm_packed_a(void) {
     static const struct { int M, N, K, b_rows, extra; } cases[] = {
         {13, 32, 32, 32, 0}, {8, 40, 7, 9, 2}, {21, 70, 300, 300, 0}, {5, 16, 257, 260, 4}, {1, 33, 1, 5, 0},
@@ -634,7 +664,7 @@ static void test_gemm_packed_a(void) {
             float *a = test_malloc((size_t)M * K * sizeof *a), *b = test_malloc((size_t)BR * N * sizeof *b);
             for (size_t i = 0; i < (size_t)M * K; i++) a[i] = gen();
             for (size_t i = 0; i < (size_t)BR * N; i++) b[i] = gen();
-            uint16_t *pa = u16_aligned((size_t)Mp * stride), *pb_k = u16_aligned(mha_bf16_packed_b_elems(K, N));
+            uint16_t *pa = u16_fenced((size_t)Mp * stride), *pb_k = u16_aligned(mha_bf16_packed_b_elems(K, N));
             uint16_t *pb_r = u16_aligned(mha_bf16_packed_b_elems(BR, N)), *scr = u16_aligned(mha_bf16_scratch_elems(M));
             memset(pa, 0, (size_t)Mp * stride * sizeof *pa);
             for (int m = 0; m < M; m++)
@@ -649,10 +679,11 @@ static void test_gemm_packed_a(void) {
                 ok &= memcmp(c1, c2, (size_t)M * N * sizeof *c1) == 0;
                 free(c1), free(c2);
             }
-            free(a), free(b), free(pa), free(pb_k), free(pb_r), free(scr);
+            free(a), free(b), free(pb_k), free(pb_r), free(scr);
+            u16_fenced_free(pa, (size_t)Mp * stride);
         }
         char what[96];
-        snprintf(what, sizeof what, "gemm_packed_a %s == mha_bf16_gemm (5 shapes, +=, =)", portable ? "portable" : "fast");
+        snprintf(what, sizeof what, "gemm_packed_a %s == mha_bf16_gemm (5 shapes, +=, =)", portable ? "portable" : fast_name);
         test_expect(what, ok);
     }
     mha_bf16_force_portable(0);
@@ -711,23 +742,35 @@ static void test_attention_packed(void) {
 int main(void) {
     mha_bf16_force_portable(0);
     have_fast = mha_bf16_fast();
+    const int have_amx = have_fast && mha_bf16_amx_supported();
     printf("AVX512_BF16 fast path: %s\n", have_fast ? "yes" : "no (fast-path checks skipped)");
+    printf("AMX-BF16 fast path: %s\n", have_amx ? "yes (both fast paths checked)" : "no (its checks skipped)");
     test_round();
-    test_gemm();
-    test_gemm_start_and_sums();
-    for (int portable = 0; portable < 2; portable++) {
-        test_linear(portable, 300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
-        test_linear(portable, 13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
+    /* every check of the fast path, on its AVX512-BF16 kernels and then on AMX */
+    for (int amx = 0; amx <= have_amx; amx++) {
+        mha_bf16_allow_amx(amx);
+        fast_name = amx ? "amx" : "avx512";
+        printf("== fast path: %s ==\n", amx ? "AMX (tdpbf16ps)" : "AVX512-BF16 (vdpbf16ps)");
+        if (have_fast)
+            test_expect(amx ? "AMX kernels in use when allowed" : "AMX kernels unused when not allowed",
+                        mha_bf16_amx() == amx);
+        test_gemm();
+        test_gemm_start_and_sums();
+        for (int portable = 0; portable < 2; portable++) {
+            test_linear(portable, 300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
+            test_linear(portable, 13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
+        }
+        for (int rows_portable = 0; rows_portable < 2; rows_portable++) {
+            mha_rows_force_portable(rows_portable);
+            printf("softmax rows: %s\n", rows_portable ? "portable" : "AVX-512 where the CPU has it");
+            test_attention();
+        }
+        mha_rows_force_portable(0);
+        test_attention_packed();
+        test_gemm_packed_a();
+        mha_rows_force_portable(0);
     }
-    for (int rows_portable = 0; rows_portable < 2; rows_portable++) {
-        mha_rows_force_portable(rows_portable);
-        printf("softmax rows: %s\n", rows_portable ? "portable" : "AVX-512 where the CPU has it");
-        test_attention();
-    }
-    mha_rows_force_portable(0);
-    test_attention_packed();
-    test_gemm_packed_a();
-    mha_rows_force_portable(0);
+    mha_bf16_allow_amx(1);
     test_backend();
     if (test_failures) {
         printf("%d checks FAILED\n", test_failures);
