@@ -6,8 +6,15 @@
 #ifndef MHA_KERNELS_CPU_FEATURES_H
 #define MHA_KERNELS_CPU_FEATURES_H
 
+#include <stdlib.h>
+#include <string.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MHA_CPU_X86 1
+#include <cpuid.h>
+#endif
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 /* AVX-512 F, BW and VL: what every zmm kernel here assumes. */
@@ -20,7 +27,7 @@ static inline int mha_cpu_avx512(void) {
 #endif
 }
 
-/* ... and vdpbf16ps (gemm_bf16.c; its AMX kernels ask for AMX there: the OS must grant it). */
+/* ... and vdpbf16ps (gemm_bf16.c). */
 static inline int mha_cpu_avx512_bf16(void) {
 #ifdef MHA_CPU_X86
     return mha_cpu_avx512() && __builtin_cpu_supports("avx512bf16");
@@ -36,6 +43,36 @@ static inline int mha_cpu_avx512_vnni(void) {
 #else
     return 0;
 #endif
+}
+
+/* ldtilecfg's 64-byte operand (palette 1): bytes per row and rows of each of the 8 tiles. */
+typedef struct {
+    unsigned char palette, start_row, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+} MhaAmxTileConfig;
+
+/* AMX tile registers with bf16 (tdpbf16ps, gemm_bf16.c) and int8 (tdpbusd, gemm_int8.c)
+ * products: the CPU has AMX-TILE, AMX-BF16 and AMX-INT8 (Intel Xeon Sapphire Rapids and later)
+ * and AVX-512, Linux lets this process use the tile state (a process must ask once:
+ * arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), which this does), and the environment
+ * does not say MHA_CPU_AMX=0. Unlike the flags above this is not a load: each file that asks
+ * keeps its own answer, found on its first call (threads racing there find the same one). */
+static inline int mha_cpu_amx(void) {
+    static int answer = -1;   /* -1: not asked yet */
+    int a = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
+    if (a >= 0) return a;
+    a = 0;
+#if defined(MHA_CPU_X86) && defined(__linux__) && defined(SYS_arch_prctl)
+    unsigned eax, ebx, ecx, edx;
+    const char *env = getenv("MHA_CPU_AMX");
+    const unsigned amx = (1u << 22) | (1u << 24) | (1u << 25);   /* cpuid 7.0 edx: BF16, TILE, INT8 */
+    if (mha_cpu_avx512() && !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+        (edx & amx) == amx)
+        a = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    __atomic_store_n(&answer, a, __ATOMIC_RELEASE);
+    return a;
 }
 
 #endif

@@ -16,10 +16,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/syscall.h>
-#endif
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -27,7 +23,6 @@
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
-#include <cpuid.h>
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
@@ -39,24 +34,7 @@ int mha_bf16_cpu_supported(void) { return mha_cpu_avx512_bf16(); }
 void mha_bf16_force_portable(int on) { force_portable = on; }
 void mha_bf16_allow_amx(int on) { amx_off = !on; }
 
-/* 1 when the CPU has AMX-TILE and AMX-BF16 and Linux lets this process use the tile state
- * (it must ask once: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)), and MHA_CPU_AMX is not "0".
- * Decided once; threads racing on the first call all get the same answer. */
-int mha_bf16_amx_supported(void) {
-    static int state = -1;   /* -1 not asked yet, else the answer */
-    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
-    if (s >= 0) return s;
-    s = 0;
-#if defined(MHA_CPU_X86) && defined(__linux__) && defined(SYS_arch_prctl)
-    unsigned a, b, c, d;
-    const char *env = getenv("MHA_CPU_AMX");
-    if (mha_cpu_avx512_bf16() && !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
-        (d & (1u << 24)) && (d & (1u << 22)))                  /* AMX-TILE, AMX-BF16 */
-        s = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-#endif
-    __atomic_store_n(&state, s, __ATOMIC_RELEASE);
-    return s;
-}
+int mha_bf16_amx_supported(void) { return mha_cpu_avx512_bf16() && mha_cpu_amx(); }
 
 /* The AMX kernels run now: on the fast path, supported, not switched off by a test. */
 int mha_bf16_amx(void) { return mha_bf16_fast() && !amx_off && mha_bf16_amx_supported(); }
@@ -353,18 +331,11 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *
 #define AMX_ROWS 16   /* rows of C per tile */
 #define AMX_K 32      /* k per tile product: 16 pairs */
 
-/* ldtilecfg's 64-byte operand (palette 1). */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];   /* bytes per row of tile t */
-    uint8_t rows[16];
-} AmxTileConfig;
-
 /* Tiles for a depth of kl (even): 0, 1 C (16 rows x 16 fp32, columns 0-15 and 16-31 of a
  * panel); 2 A (16 rows x 32 bf16); 3, 4 B (16 k pairs x 16 columns' pairs); for the last
  * kr = kl % 32 of the depth, 5 A (16 rows x kr bf16) and 6, 7 B (kr/2 k pairs). */
 AMX_TARGET static void amx_configure(int kl) {
-    AmxTileConfig cfg;
+    MhaAmxTileConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 5; t++) cfg.colsb[t] = 64, cfg.rows[t] = AMX_ROWS;

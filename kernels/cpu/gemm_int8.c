@@ -6,7 +6,12 @@
  * packed W and broadcasts each row's 4 quantized bytes into vpdpbusd (64 multiply-adds per
  * instruction, twice vdpbf16ps's 32). The rows of x are quantized into the caller's scratch
  * once per call, whole depth at a time (int32 sums are exact, so no depth blocking is needed
- * for accuracy; a panel of W, K x 32 bytes, stays in L1 for the usual K <= 1024). */
+ * for accuracy; a panel of W, K x 32 bytes, stays in L1 for the usual K <= 1024).
+ *
+ * AMX path (cpu_features.h's mha_cpu_amx): 16 rows x 32 columns at a time in two int32 tiles,
+ * tdpbusd taking 64 k per instruction straight from the packed panels (a panel's rows of 4-k
+ * groups are exactly a tile's rows) and the quantized rows. The sums are exact integers, so
+ * its results are the AVX512-VNNI path's bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,15 +22,21 @@
 #ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 #endif
 
 /* ------------------------------------------------------------------ dispatch */
 
-static int force_portable;
+static int force_portable, amx_off;
 
 int mha_i8_fast(void) { return !force_portable && mha_cpu_avx512_vnni(); }
 int mha_i8_cpu_supported(void) { return mha_cpu_avx512_vnni(); }
 void mha_i8_force_portable(int on) { force_portable = on; }
+int mha_i8_amx_supported(void) { return mha_cpu_avx512_vnni() && mha_cpu_amx(); }
+int mha_i8_amx(void) { return mha_i8_fast() && !amx_off && mha_i8_amx_supported(); }
+void mha_i8_allow_amx(int on) { amx_off = !on; }
+
+#define ROW_PAD 16   /* quantized rows in the scratch: a multiple of 16, an AMX tile's rows */
 
 static inline int round_up4(int k) { return (k + 3) & ~3; }
 
@@ -148,6 +159,100 @@ static void kernel_portable(const uint8_t *a, int kp, const int8_t *b, const flo
 }
 
 #ifdef MHA_CPU_X86
+/* The scaling of kernel_portable for one row of 32 columns of int32 sums (acc0: columns 0-15,
+ * acc1: 16-31), the same float operations in the same order. */
+typedef struct {
+    __mmask16 k0, k1;             /* columns to store */
+    __m512i corr0, corr1;         /* 128 wsum */
+    __m512 sw0, sw1, bias0, bias1;
+} RowScale;
+
+FAST_TARGET static inline RowScale row_scale(const float *sw, const int32_t *wsum, const float *bias, int nr) {
+    RowScale r;
+    r.k0 = first_mask(nr), r.k1 = first_mask(nr - 16);
+    r.corr0 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)wsum), 7);
+    r.corr1 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(wsum + 16)), 7);
+    r.sw0 = _mm512_loadu_ps(sw), r.sw1 = _mm512_loadu_ps(sw + 16);
+    r.bias0 = bias ? _mm512_maskz_loadu_ps(r.k0, bias) : _mm512_setzero_ps();
+    r.bias1 = bias ? _mm512_maskz_loadu_ps(r.k1, bias + 16) : _mm512_setzero_ps();
+    return r;
+}
+
+FAST_TARGET static inline void store_row(float *yr, __m512i acc0, __m512i acc1, float sx, const RowScale *r) {
+    const __m512 s = _mm512_set1_ps(sx);
+    __m512 c0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, r->corr0));
+    _mm512_mask_storeu_ps(yr, r->k0, _mm512_add_ps(_mm512_mul_ps(c0, _mm512_mul_ps(s, r->sw0)), r->bias0));
+    if (r->k1) {
+        __m512 c1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, r->corr1));
+        _mm512_mask_storeu_ps(yr + 16, r->k1, _mm512_add_ps(_mm512_mul_ps(c1, _mm512_mul_ps(s, r->sw1)), r->bias1));
+    }
+}
+
+#define AMX_ROWS 16   /* rows per tile */
+#define AMX_KB 64     /* k (bytes) per tile row */
+
+/* Tiles for a depth of kp (a multiple of 4): 0, 1 int32 sums (16 rows x 16 columns: columns 0-15
+ * and 16-31 of a panel); 2 A (16 rows x 64 k); 3, 4 B (16 groups of 4 k x 16 columns); for the
+ * last kr = kp % 64, 5 A (16 rows x kr) and 6, 7 B (kr/4 groups). */
+AMX_TARGET static void amx_configure(int kp) {
+    MhaAmxTileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) cfg.colsb[t] = 64, cfg.rows[t] = AMX_ROWS;
+    const int kr = kp % AMX_KB;
+    if (kr > 0) {
+        cfg.colsb[5] = (unsigned short)kr, cfg.rows[5] = AMX_ROWS;
+        cfg.colsb[6] = cfg.colsb[7] = 64, cfg.rows[6] = cfg.rows[7] = (unsigned char)(kr / 4);
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* kernel_fast for 16 rows of a (kp bytes each; rows past mr are padding the scratch holds). */
+AMX_TARGET static void kernel_amx(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
+                                  const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
+    _Alignas(64) int32_t acc[AMX_ROWS][MHA_I8_NR];
+    const size_t b_bytes = 4 * MHA_I8_NR;   /* one 4-k group's row of the panel */
+    const int kf = kp - kp % AMX_KB;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int k = 0; k < kf; k += AMX_KB) {
+        _tile_loadd(2, a + k, kp);
+        _tile_loadd(3, b + (size_t)k * MHA_I8_NR, b_bytes);
+        _tile_loadd(4, b + (size_t)k * MHA_I8_NR + 64, b_bytes);
+        _tile_dpbusd(0, 2, 3);
+        _tile_dpbusd(1, 2, 4);
+    }
+    if (kf < kp) {
+        _tile_loadd(5, a + kf, kp);
+        _tile_loadd(6, b + (size_t)kf * MHA_I8_NR, b_bytes);
+        _tile_loadd(7, b + (size_t)kf * MHA_I8_NR + 64, b_bytes);
+        _tile_dpbusd(0, 5, 6);
+        _tile_dpbusd(1, 5, 7);
+    }
+    _tile_stored(0, &acc[0][0], sizeof acc[0]);
+    _tile_stored(1, &acc[0][16], sizeof acc[0]);
+    const RowScale r = row_scale(sw, wsum, bias, nr);
+    for (int m = 0; m < mr; m++)
+        store_row(y + (size_t)m * ldy, _mm512_load_si512((const void *)&acc[m][0]),
+                  _mm512_load_si512((const void *)&acc[m][16]), sx[m], &r);
+}
+
+/* The panels and row groups of mha_i8_gemm on AMX: xa (Mp, kp) quantized rows, Mp a multiple
+ * of 16. */
+AMX_TARGET static void gemm_amx(int M, int N, int kp, const uint8_t *xa, const float *sx, const void *packed_w,
+                                const float *sw, const int32_t *wsum, const float *bias, float *y, int ldy) {
+    const size_t panel = (size_t)kp * MHA_I8_NR;
+    amx_configure(kp);
+    for (int p = 0; p < mha_i8_panels(N); p++) {
+        const int8_t *bp = (const int8_t *)packed_w + (size_t)p * panel;
+        const int n0 = p * MHA_I8_NR, nr = N - n0 < MHA_I8_NR ? N - n0 : MHA_I8_NR;
+        for (int m0 = 0; m0 < M; m0 += AMX_ROWS)
+            kernel_amx(xa + (size_t)m0 * kp, kp, bp, sx + m0, sw + n0, wsum + n0, bias ? bias + n0 : NULL,
+                       y + (size_t)m0 * ldy + n0, ldy, M - m0 < AMX_ROWS ? M - m0 : AMX_ROWS, nr);
+    }
+    _tile_release();
+}
+
 FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
                                     const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
     __m512i acc0[MHA_I8_MR], acc1[MHA_I8_MR];
@@ -165,23 +270,11 @@ FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, c
             acc1[m] = _mm512_dpbusd_epi32(acc1[m], av, b1);
         }
     }
-    const __mmask16 k0 = first_mask(nr), k1 = first_mask(nr - 16);
-    const __m512i corr0 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)wsum), 7);
-    const __m512i corr1 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(wsum + 16)), 7);
-    const __m512 sw0 = _mm512_loadu_ps(sw), sw1 = _mm512_loadu_ps(sw + 16);
-    const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
-    const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
+    const RowScale r = row_scale(sw, wsum, bias, nr);
 #pragma GCC unroll 8
     for (int m = 0; m < MHA_I8_MR; m++) {
         if (m >= mr) break;
-        const __m512 s = _mm512_set1_ps(sx[m]);
-        float *yr = y + (size_t)m * ldy;
-        __m512 c0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[m], corr0));
-        _mm512_mask_storeu_ps(yr, k0, _mm512_add_ps(_mm512_mul_ps(c0, _mm512_mul_ps(s, sw0)), bias0));
-        if (k1) {
-            __m512 c1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[m], corr1));
-            _mm512_mask_storeu_ps(yr + 16, k1, _mm512_add_ps(_mm512_mul_ps(c1, _mm512_mul_ps(s, sw1)), bias1));
-        }
+        store_row(y + (size_t)m * ldy, acc0[m], acc1[m], sx[m], &r);
     }
 }
 #endif
@@ -189,7 +282,7 @@ FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, c
 /* ------------------------------------------------------------------ the product */
 
 size_t mha_i8_scratch_bytes(int M, int K) {
-    size_t mp = ((size_t)M + MHA_I8_MR - 1) / MHA_I8_MR * MHA_I8_MR;
+    size_t mp = ((size_t)M + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
     return mp * sizeof(float) + mp * (size_t)round_up4(K) + 64;
 }
 
@@ -200,7 +293,7 @@ void mha_i8_gemm(int M, int N, int K, const float *x, int ldx, const void *packe
     const size_t panel = (size_t)kp * MHA_I8_NR;
     const float *sw = (const float *)(const void *)((const uint8_t *)packed_w + (size_t)np * panel);
     const int32_t *wsum = (const int32_t *)(sw + (size_t)np * MHA_I8_NR);
-    const int mp = (M + MHA_I8_MR - 1) / MHA_I8_MR * MHA_I8_MR;
+    const int mp = (M + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
     float *sx = scratch;                                          /* (Mp) */
     uint8_t *xa = (uint8_t *)scratch + (((size_t)mp * sizeof(float) + 63) & ~(size_t)63);   /* (Mp, kp) */
     for (int m = 0; m < mp; m++) {
@@ -214,6 +307,12 @@ void mha_i8_gemm(int M, int N, int K, const float *x, int ldx, const void *packe
         }
     }
     const int fast = mha_i8_fast();
+#ifdef MHA_CPU_X86
+    if (mha_i8_amx() && kp > 0) {
+        gemm_amx(M, N, kp, xa, sx, packed_w, sw, wsum, bias, y, ldy);
+        return;
+    }
+#endif
     for (int p = 0; p < np; p++) {
         const int8_t *bp = (const int8_t *)packed_w + (size_t)p * panel;
         const int n0 = p * MHA_I8_NR, nr = N - n0 < MHA_I8_NR ? N - n0 : MHA_I8_NR;

@@ -40,6 +40,13 @@ int mha_i8_fast(void);
 int mha_i8_cpu_supported(void);
 /* Tests: force the portable path (1) or allow the fast one again (0). */
 void mha_i8_force_portable(int on);
+/* 1 when this CPU has AMX-INT8 and the process may use it (cpu_features.h: mha_cpu_amx). */
+int mha_i8_amx_supported(void);
+/* 1 when the fast path runs its AMX kernels (16 rows x 32 columns per tile step; the same
+ * bits as the AVX512-VNNI kernels: the sums are exact). */
+int mha_i8_amx(void);
+/* Tests and benchmarks: let the fast path use AMX where supported (1, the default) or not (0). */
+void mha_i8_allow_amx(int on);
 
 static inline int mha_i8_panels(int N) { return (N + MHA_I8_NR - 1) / MHA_I8_NR; }
 /* Bytes of packed W for W (N, K); the buffer must be 64-byte aligned. */

@@ -20,7 +20,8 @@
  *     <= (mx/127)(1/2 + 381 u + 127 u^2) <= s/2 (1 + 765 u + O(u^2)); a subnormal s has an
  *     absolute error <= 2^-150 instead, times |q| <= 127: the 2^-142. (The half-step bound
  *     alone, s/2 (1 + 1e-6), is not a theorem: x inv may round onto a tie from above.)
- *  2. mha_i8_pack_w + mha_i8_gemm, both paths: every M in 1..17 and 300, N in {1, 5, 31, 32,
+ *  2. mha_i8_pack_w + mha_i8_gemm, both paths (the fast one twice on a CPU with AMX-INT8: its
+ *     AVX512-VNNI kernels, then its AMX kernels, which must give the same bits): every M in 1..17 and 300, N in {1, 5, 31, 32,
  *     33, 64, 70, 200}, K in {1, 2, 3, 4, 5, 127, 128, 130, 512, 777} (M = 3: all N x K; other
  *     M: every N with two K each; M = 300: four (N, K)), plus K = 4099 (pack_w's heap row) and
  *     K = 0; with and without bias; ldx > K, ldw > K with NaN in the unused cells (a read
@@ -881,13 +882,24 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);   /* lines before a crash reach the log */
     mha_i8_force_portable(0);
     have_fast = mha_i8_fast();
+    const int have_amx = have_fast && mha_i8_amx_supported();
     printf("AVX512_VNNI fast path: %s\n", have_fast ? "yes" : "no (fast-path checks skipped)");
+    printf("AMX-INT8 fast path: %s\n", have_amx ? "yes (both fast paths checked)" : "no (its checks skipped)");
     test_quantize();
-    test_gemm();
-    test_linear(13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
-    test_linear(300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
-    test_linear(13, 40, 24);     /* again, after the buffers grew */
-    test_linear_cache();
+    /* the products' checks on the fast path's AVX512-VNNI kernels, then on AMX */
+    for (int amx = 0; amx <= have_amx; amx++) {
+        mha_i8_allow_amx(amx);
+        printf("== fast path: %s ==\n", amx ? "AMX (tdpbusd)" : "AVX512-VNNI (vpdpbusd)");
+        if (have_fast)
+            test_expect(amx ? "AMX kernels in use when allowed" : "AMX kernels unused when not allowed",
+                        mha_i8_amx() == amx);
+        test_gemm();
+        test_linear(13, 40, 24);     /* below MHA_GEMM_PAR_MIN: one thread */
+        test_linear(300, 96, 160);   /* 4.6M multiply-adds: the parallel branch */
+        test_linear(13, 40, 24);     /* again, after the buffers grew */
+        test_linear_cache();
+    }
+    mha_i8_allow_amx(1);
     test_backend();
     if (test_failures) {
         printf("%d checks FAILED\n", test_failures);
