@@ -52,6 +52,17 @@ typedef struct {
     unsigned char rows[16];
 } MhaAmxTileConfig;
 
+#ifdef MHA_CPU_X86
+/* ldtilecfg with the whole 64-byte operand named: GCC 12's _tile_loadconfig names only its
+ * first 8 bytes, so the compiler may drop the stores to the rest (seen at -O3 on a copy). */
+static inline void mha_amx_load_config(const MhaAmxTileConfig *cfg) {
+    __asm__ volatile("ldtilecfg %0" : : "m"(*cfg));
+}
+/* A compiler barrier: _tile_loadd names no memory operand, so without it the stores that fill
+ * a buffer could be moved after (or, for a local buffer, dropped before) the tile loads. */
+static inline void mha_amx_memory_barrier(void) { __asm__ volatile("" : : : "memory"); }
+#endif
+
 /* AMX tile registers with bf16 (tdpbf16ps, gemm_bf16.c) and int8 (tdpbusd, gemm_int8.c)
  * products: the CPU has AMX-TILE, AMX-BF16 and AMX-INT8 (Intel Xeon Sapphire Rapids and later)
  * and AVX-512, Linux lets this process use the tile state (a process must ask once:

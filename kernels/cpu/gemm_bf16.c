@@ -9,10 +9,11 @@
  *
  * AMX path (CPUs with AMX-BF16, Linux granting the tile state, MHA_CPU_AMX not 0): the same
  * packed A and B and the same depth blocks, but 16 rows x 32 columns of C at a time in two
- * tile registers, tdpbf16ps taking 32 k per instruction straight from the packed panels (a
- * panel's k-pair rows are exactly a tile's rows). Its sums are not vdpbf16ps's bit for bit
- * (the hardware's order of additions inside an instruction is its own); each row of C still
- * depends only on its row of A, so results do not depend on the thread count. */
+ * tile registers, tdpbf16ps taking 32 k per instruction straight from the packed panels (each
+ * half of a panel's k-pair row, 16 columns' pairs, is a row of a B tile). Its sums are not
+ * vdpbf16ps's bit for bit (the hardware's order of additions inside an instruction is its own);
+ * each row of C still depends only on its row of A, so results do not depend on the thread
+ * count. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,7 +345,7 @@ AMX_TARGET static void amx_configure(int kl) {
         cfg.colsb[5] = (uint16_t)(2 * kr), cfg.rows[5] = AMX_ROWS;
         cfg.colsb[6] = cfg.colsb[7] = 64, cfg.rows[6] = cfg.rows[7] = (uint8_t)(kr / 2);
     }
-    _tile_loadconfig(&cfg);
+    mha_amx_load_config(&cfg);
 }
 
 /* c (mr x nr, stride ldc) = start + a (16 rows of kl bf16, a_bytes apart) @ b (kl/2, NR, 2);
@@ -354,6 +355,7 @@ AMX_TARGET static void kernel_amx(const uint16_t *a, size_t a_bytes, const uint1
     _Alignas(64) float acc[AMX_ROWS][MHA_BF16_NR];
     const size_t b_bytes = 2 * MHA_BF16_NR * sizeof *b;   /* one k pair's row of the panel */
     const int kf = kl - kl % AMX_K;
+    mha_amx_memory_barrier();   /* a and b hold their values before the tile loads read them */
     _tile_zero(0);
     _tile_zero(1);
     for (int k = 0; k < kf; k += AMX_K) {
@@ -510,6 +512,7 @@ static void buffers_free(void *unused) {
     free(tl_packed), free(tl_scratch);
     tl_packed = tl_scratch = NULL;
     tl_packed_cap = tl_scratch_cap = 0;
+    tl_freed_at_exit = 0;   /* a buffer taken after this (another key's destructor) registers again */
 }
 
 static void buffers_key_create(void) {

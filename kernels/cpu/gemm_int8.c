@@ -9,8 +9,8 @@
  * for accuracy; a panel of W, K x 32 bytes, stays in L1 for the usual K <= 1024).
  *
  * AMX path (cpu_features.h's mha_cpu_amx): 16 rows x 32 columns at a time in two int32 tiles,
- * tdpbusd taking 64 k per instruction straight from the packed panels (a panel's rows of 4-k
- * groups are exactly a tile's rows) and the quantized rows. The sums are exact integers, so
+ * tdpbusd taking 64 k per instruction straight from the packed panels (each half of a panel's
+ * row of 4-k groups, 16 columns, is a row of a B tile) and the quantized rows. The sums are exact integers, so
  * its results are the AVX512-VNNI path's bit for bit. */
 #include <math.h>
 #include <stdio.h>
@@ -204,7 +204,7 @@ AMX_TARGET static void amx_configure(int kp) {
         cfg.colsb[5] = (unsigned short)kr, cfg.rows[5] = AMX_ROWS;
         cfg.colsb[6] = cfg.colsb[7] = 64, cfg.rows[6] = cfg.rows[7] = (unsigned char)(kr / 4);
     }
-    _tile_loadconfig(&cfg);
+    mha_amx_load_config(&cfg);
 }
 
 /* kernel_fast for 16 rows of a (kp bytes each; rows past mr are padding the scratch holds). */
@@ -213,6 +213,7 @@ AMX_TARGET static void kernel_amx(const uint8_t *a, int kp, const int8_t *b, con
     _Alignas(64) int32_t acc[AMX_ROWS][MHA_I8_NR];
     const size_t b_bytes = 4 * MHA_I8_NR;   /* one 4-k group's row of the panel */
     const int kf = kp - kp % AMX_KB;
+    mha_amx_memory_barrier();   /* a and b hold their values before the tile loads read them */
     _tile_zero(0);
     _tile_zero(1);
     for (int k = 0; k < kf; k += AMX_KB) {

@@ -219,7 +219,7 @@ typedef struct { int M, N, K; } Size;
 static const Size sizes[] = {
     {1, 1, 1},    {7, 9, 31},   {8, 32, 8},    {9, 33, 7},    {31, 64, 33},  {33, 31, 200},
     {64, 200, 9}, {200, 7, 513}, {13, 65, 600}, {1, 513, 64}, {17, 40, 257}, {9, 96, 1},
-    {40, 70, 256}, {16, 1, 2},
+    {40, 70, 256}, {16, 1, 2}, {19, 45, 30}, {33, 64, 62},   /* the last two: AMX's longest remainder, 30 of 32 */
 };
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
@@ -745,6 +745,9 @@ int main(void) {
     const int have_amx = have_fast && mha_bf16_amx_supported();
     printf("AVX512_BF16 fast path: %s\n", have_fast ? "yes" : "no (fast-path checks skipped)");
     printf("AMX-BF16 fast path: %s\n", have_amx ? "yes (both fast paths checked)" : "no (its checks skipped)");
+    const char *amx_env = getenv("MHA_CPU_AMX");   /* meson's cpu_bf16_no_amx sets it to 0 */
+    if (amx_env && strcmp(amx_env, "0") == 0)
+        test_expect("MHA_CPU_AMX=0 keeps the AMX kernels off", !mha_bf16_amx_supported() && !mha_bf16_amx());
     test_round();
     /* every check of the fast path, on its AVX512-BF16 kernels and then on AMX */
     for (int amx = 0; amx <= have_amx; amx++) {

@@ -22,7 +22,7 @@
  *     alone, s/2 (1 + 1e-6), is not a theorem: x inv may round onto a tie from above.)
  *  2. mha_i8_pack_w + mha_i8_gemm, both paths (the fast one twice on a CPU with AMX-INT8: its
  *     AVX512-VNNI kernels, then its AMX kernels, which must give the same bits): every M in 1..17 and 300, N in {1, 5, 31, 32,
- *     33, 64, 70, 200}, K in {1, 2, 3, 4, 5, 127, 128, 130, 512, 777} (M = 3: all N x K; other
+ *     33, 64, 70, 200}, K in {1, 2, 3, 4, 5, 60, 124, 127, 128, 130, 512, 777} (M = 3: all N x K; other
  *     M: every N with two K each; M = 300: four (N, K)), plus K = 4099 (pack_w's heap row) and
  *     K = 0; with and without bias; ldx > K, ldw > K with NaN in the unused cells (a read
  *     past K shows); ldy > N with guard cells after each row and a guard row, which must stay
@@ -571,9 +571,10 @@ static long gemm_empty(void) {
     return bad;
 }
 
-/* Over-reads that ASan cannot see (the fast path's masked vector loads are not instrumented):
- * x's last row, W's last row and the bias each end exactly at a page followed by an
- * inaccessible one, so a load past their end faults. Returns 1 when it ran (and did not crash). */
+/* Over-reads that ASan cannot see (the fast path's masked vector loads and AMX's tile loads are
+ * not instrumented): x's last row, W's last row, the bias and the scratch (whose quantized rows
+ * AMX reads 16 at a time) each end exactly at a page followed by an inaccessible one, so a load
+ * past their end faults. Returns 1 when it ran (and did not crash). */
 static int gemm_page_edges(void) {
     const long pg = sysconf(_SC_PAGESIZE);
     const int M = 3, N = 33, K = 19;
@@ -588,34 +589,40 @@ static int gemm_page_edges(void) {
     for (int i = 0; i < M * K; i++) x[i] = gen();
     for (int i = 0; i < N * K; i++) w[i] = gen();
     for (int i = 0; i < N; i++) bias[i] = gen();
+    /* the scratch: 64-byte aligned, its end (rounded up to 64 bytes) at the inaccessible page */
+    const size_t sbytes = (mha_i8_scratch_bytes(M, K) + 63) & ~(size_t)63, spages = (sbytes + (size_t)pg - 1) / (size_t)pg;
+    char *sbase = mmap(NULL, (spages + 1) * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (sbase == MAP_FAILED || mprotect(sbase + spages * (size_t)pg, (size_t)pg, PROT_NONE) != 0) return 0;
+    uint8_t *scratch = (uint8_t *)sbase + spages * (size_t)pg - sbytes;
     float y[3 * 33];
     for (int path = have_fast ? 0 : 1; path < 2; path++) {
         mha_i8_force_portable(path);
-        uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(N, K)), *scratch = test_aligned(mha_i8_scratch_bytes(M, K));
+        uint8_t *packed = test_aligned(mha_i8_packed_w_bytes(N, K));
         mha_i8_pack_w(packed, w, K, N, K, 0, mha_i8_panels(N));
         mha_i8_gemm(M, N, K, x, K, packed, bias, y, N, scratch);
         uint8_t xu[19];
         mha_i8_quantize_row(xu, x + (M - 1) * K, K);
-        free(packed), free(scratch);
+        free(packed);
     }
     mha_i8_force_portable(0);
     for (int i = 0; i < 3; i++) munmap(base[i], (size_t)pg * 2);
+    munmap(sbase, (spages + 1) * (size_t)pg);
     return 1;
 }
 
 static void test_gemm(void) {
     static const int Ns[8] = {1, 5, 31, 32, 33, 64, 70, 200};
-    static const int Ks[10] = {1, 2, 3, 4, 5, 127, 128, 130, 512, 777};
+    static const int Ks[12] = {1, 2, 3, 4, 5, 60, 124, 127, 128, 130, 512, 777};   /* 60, 124: AMX's longest remainder (60 of 64) */
     GStats st = {0};
     st.sees_min = INFINITY;
     int variant = 0;
     for (int M = 1; M <= 17; M++)
         for (int ni = 0; ni < 8; ni++) {
             if (M == 3) {
-                for (int ki = 0; ki < 10; ki++) gemm_case(M, Ns[ni], Ks[ki], variant++, &st);
+                for (int ki = 0; ki < 12; ki++) gemm_case(M, Ns[ni], Ks[ki], variant++, &st);
             } else {
-                gemm_case(M, Ns[ni], Ks[(M + 3 * ni) % 10], variant++, &st);
-                gemm_case(M, Ns[ni], Ks[(M + 3 * ni + 5) % 10], variant++, &st);
+                gemm_case(M, Ns[ni], Ks[(M + 3 * ni) % 12], variant++, &st);
+                gemm_case(M, Ns[ni], Ks[(M + 3 * ni + 5) % 12], variant++, &st);
             }
         }
     gemm_case(300, 1, 1, variant++, &st);
@@ -885,6 +892,9 @@ int main(void) {
     const int have_amx = have_fast && mha_i8_amx_supported();
     printf("AVX512_VNNI fast path: %s\n", have_fast ? "yes" : "no (fast-path checks skipped)");
     printf("AMX-INT8 fast path: %s\n", have_amx ? "yes (both fast paths checked)" : "no (its checks skipped)");
+    const char *amx_env = getenv("MHA_CPU_AMX");   /* meson's cpu_int8_no_amx sets it to 0 */
+    if (amx_env && strcmp(amx_env, "0") == 0)
+        test_expect("MHA_CPU_AMX=0 keeps the AMX kernels off", !mha_i8_amx_supported() && !mha_i8_amx());
     test_quantize();
     /* the products' checks on the fast path's AVX512-VNNI kernels, then on AMX */
     for (int amx = 0; amx <= have_amx; amx++) {
