@@ -40,6 +40,24 @@
 
 #include "kernels/cpu/scratch_impl.h"
 
+/* acc (w <= MHA_CHUNK) = the sums over rows n of src[n * C + c], rows in order, in double. A
+ * whole chunk takes the loop of fixed width, which the compiler turns into vector adds (each
+ * channel's sum is still its rows in order: the same bits). */
+static MHA_CLONES void FN(colsum_chunk)(double *acc, const REAL *src, int N, int C, int w) {
+    double a[MHA_CHUNK] = {0};
+    if (w == MHA_CHUNK) {
+        for (int n = 0; n < N; n++) {
+            const REAL *row = src + (size_t)n * C;
+#pragma omp simd
+            for (int c = 0; c < MHA_CHUNK; c++) a[c] += row[c];
+        }
+    } else {
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < w; c++) a[c] += src[(size_t)n * C + c];
+    }
+    for (int c = 0; c < w; c++) acc[c] = a[c];
+}
+
 /* dst (C) += column sums of src (N, C); double accumulation, parallel over channel chunks,
  * so the result does not depend on the number of threads. */
 void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
@@ -47,11 +65,8 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
     for (int ch = 0; ch < nchunk; ch++) {
         int c0 = ch * MHA_CHUNK, w = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
-        double acc[MHA_CHUNK] = {0};
-        for (int n = 0; n < N; n++) {
-            const REAL *row = src + (size_t)n * C + c0;
-            for (int c = 0; c < w; c++) acc[c] += row[c];
-        }
+        double acc[MHA_CHUNK];
+        FN(colsum_chunk)(acc, src + c0, N, C, w);
         for (int c = 0; c < w; c++) dst[c0 + c] += (REAL)acc[c];
     }
 }
@@ -261,6 +276,35 @@ static MHA_CLONES void FN(layernorm_row)(REAL *o, REAL *m_out, REAL *rs_out, con
     *rs_out = rs;
 }
 
+/* The weight and bias gradients' sums for the channels [c0, c0 + w) (w <= MHA_CHUNK), rows in
+ * order, in double: aw += dout * xhat, ab += dout (x, g point at channel c0 of row 0). As
+ * colsum_chunk, a whole chunk runs at a fixed width (vector adds, the same bits). */
+static MHA_CLONES void FN(layernorm_dwdb_chunk)(double *aw, double *ab, const REAL *x, const REAL *g,
+                                                const REAL *mean, const REAL *rstd, int N, int C, int w) {
+    double sw[MHA_CHUNK] = {0}, sb[MHA_CHUNK] = {0};
+    if (w == MHA_CHUNK) {
+        for (int n = 0; n < N; n++) {
+            const REAL *xr = x + (size_t)n * C, *gr = g + (size_t)n * C;
+            const REAL m = mean[n], rs = rstd[n];
+#pragma omp simd
+            for (int c = 0; c < MHA_CHUNK; c++) {
+                sw[c] += gr[c] * ((xr[c] - m) * rs);
+                sb[c] += gr[c];
+            }
+        }
+    } else {
+        for (int n = 0; n < N; n++) {
+            const REAL *xr = x + (size_t)n * C, *gr = g + (size_t)n * C;
+            const REAL m = mean[n], rs = rstd[n];
+            for (int c = 0; c < w; c++) {
+                sw[c] += gr[c] * ((xr[c] - m) * rs);
+                sb[c] += gr[c];
+            }
+        }
+    }
+    for (int c = 0; c < w; c++) aw[c] = sw[c], ab[c] = sb[c];
+}
+
 /* One row of the input gradient: d (C) += rs * (g w - mean(g w) - xhat * mean(g w xhat)). */
 static MHA_CLONES void FN(layernorm_bwd_row)(REAL *d, const REAL *g, const REAL *x, const REAL *w,
                                              REAL m, REAL rs, int C) {
@@ -308,15 +352,8 @@ void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
         for (int ch = 0; ch < nchunk; ch++) {
             int c0 = ch * MHA_CHUNK, wd = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
-            double aw[MHA_CHUNK] = {0}, ab[MHA_CHUNK] = {0};
-            for (int n = 0; n < N; n++) {
-                const REAL *x = inp + (size_t)n * C + c0, *g = dout + (size_t)n * C + c0;
-                REAL m = mean[n], rs = rstd[n];
-                for (int c = 0; c < wd; c++) {
-                    aw[c] += g[c] * ((x[c] - m) * rs);
-                    ab[c] += g[c];
-                }
-            }
+            double aw[MHA_CHUNK], ab[MHA_CHUNK];
+            FN(layernorm_dwdb_chunk)(aw, ab, inp + c0, dout + c0, mean, rstd, N, C, wd);
             for (int c = 0; c < wd; c++) {
                 if (dw) dw[c0 + c] += (REAL)aw[c];
                 if (db) db[c0 + c] += (REAL)ab[c];
