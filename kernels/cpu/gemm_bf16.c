@@ -196,6 +196,10 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
                     continue;
                 }
                 const float *r0 = a + (size_t)k * lda + m0, *r1 = k + 1 < K ? r0 + lda : NULL;
+                if (k + 33 < K) {   /* the rows of the next 16 kk: 32 row streams are more than the hardware follows */
+                    _mm_prefetch((const char *)(r0 + 32 * (size_t)lda), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(r0 + 33 * (size_t)lda), _MM_HINT_T0);
+                }
                 t[kk] = pairs_of_two_rows(r0, r1, mm);
                 if (sums) {                         /* in k order: row k, then row k+1 */
                     __m512 x = _mm512_maskz_loadu_ps(mm, r0);
