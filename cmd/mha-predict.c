@@ -70,7 +70,8 @@ static void usage(FILE *f) {
             "                     runs fp32, with a note). int8 (cpu only): the linear layers in\n"
             "                     int8, inputs quantized per token, weights per output channel,\n"
             "                     the attention in bf16 (fp32 without AVX512_BF16); a CPU without\n"
-            "                     AVX512_VNNI runs bf16, with a note\n"
+            "                     AVX512_VNNI runs bf16, with a note. A CPU with AMX runs both on\n"
+            "                     its tiles, where bf16 is the fastest (MHA_CPU_AMX=0: no tiles)\n"
             "  -h, --help         this text\n"
             "  --version          the version and the commit it was built from\n");
 }
