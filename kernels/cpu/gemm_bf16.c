@@ -401,7 +401,7 @@ AMX_TARGET static void depth_block_amx(int M, int N, const uint16_t *a, int a_st
     const int np = mha_bf16_panels(N), full = M - M % AMX_ROWS;
     const int tail_copy = full < M && full + AMX_ROWS > a_rows;
     if (tail_copy) {
-        memset(tail, 0, sizeof tail);
+        memset(tail, 0, (size_t)AMX_ROWS * kl * sizeof *tail);   /* the (16, kl) the kernel reads */
         for (int m = full; m < M; m++)
             memcpy(tail + (size_t)(m - full) * kl, a + (size_t)m * a_stride, (size_t)kl * sizeof *a);
     }

@@ -10,8 +10,8 @@
  *
  * AMX path (cpu_features.h's mha_cpu_amx): 16 rows x 32 columns at a time in two int32 tiles,
  * tdpbusd taking 64 k per instruction straight from the packed panels (each half of a panel's
- * row of 4-k groups, 16 columns, is a row of a B tile) and the quantized rows. The sums are exact integers, so
- * its results are the AVX512-VNNI path's bit for bit. */
+ * row of 4-k groups, 16 columns, is a row of a B tile) and the quantized rows. The sums are
+ * exact integers, so its results are the AVX512-VNNI path's bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
