@@ -327,9 +327,6 @@ static void note_detected_format(const char *name, long line_no, int format) {
             "to read whole lines as text\n", name, as, line_no, why, effect);
 }
 
-/* label<TAB>text input whose second column is (nearly) always a class name and whose first is
- * not has its columns swapped: the predictions would be of the labels. Judged on the lines
- * read before the first answer (a file's first 2048 lines; on a pipe, those that had come). */
 /* A first column of ASCII digits only: a line number or id, not a text (id<TAB>label is not
  * text<TAB>label swapped: its lines are left out of the swapped-columns count). */
 static int is_id_column(const char *s) {
@@ -343,6 +340,9 @@ static int is_id_column(const char *s) {
  * too few to call the columns swapped. */
 #define SWAP_MIN_LINES 20
 
+/* label<TAB>text input whose second column is (nearly) always a class name and whose first is
+ * not has its columns swapped: the predictions would be of the labels. Judged on the lines
+ * read before the first answer (a file's first 2048 lines; on a pipe, those that had come). */
 static int check_not_swapped(const Predictor *p, const char *name, long n, long text_is_class,
                              long label_is_class, long first, MhaError *err) {
     if (n < SWAP_MIN_LINES || !columns_look_swapped(n, text_is_class, label_is_class)) return 0;
