@@ -12,6 +12,11 @@
 #define MHA_CPU_X86 1
 #include <cpuid.h>
 #endif
+/* The AMX kernels also need a compiler that knows the tile instructions (GCC >= 11, Clang >= 12):
+ * meson defines MHA_NO_AMX when its test program does not build, and mha_cpu_amx then says 0. */
+#if defined(MHA_CPU_X86) && !defined(MHA_NO_AMX)
+#define MHA_CPU_X86_AMX 1
+#endif
 #ifdef __linux__
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,7 +57,7 @@ typedef struct {
     unsigned char rows[16];
 } MhaAmxTileConfig;
 
-#ifdef MHA_CPU_X86
+#ifdef MHA_CPU_X86_AMX
 /* ldtilecfg with the whole 64-byte operand named: GCC 12's _tile_loadconfig names only its
  * first 8 bytes, so the compiler may drop the stores to the rest (seen at -O3 on a copy). */
 static inline void mha_amx_load_config(const MhaAmxTileConfig *cfg) {
@@ -74,7 +79,7 @@ static inline int mha_cpu_amx(void) {
     int a = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
     if (a >= 0) return a;
     a = 0;
-#if defined(MHA_CPU_X86) && defined(__linux__) && defined(SYS_arch_prctl)
+#if defined(MHA_CPU_X86_AMX) && defined(__linux__) && defined(SYS_arch_prctl)
     unsigned eax, ebx, ecx, edx;
     const char *env = getenv("MHA_CPU_AMX");
     const unsigned amx = (1u << 22) | (1u << 24) | (1u << 25);   /* cpuid 7.0 edx: BF16, TILE, INT8 */

@@ -23,6 +23,8 @@
 #ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+#ifdef MHA_CPU_X86_AMX
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #endif
 
@@ -332,7 +334,7 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *
 }
 #endif
 
-#ifdef MHA_CPU_X86
+#ifdef MHA_CPU_X86_AMX
 #define AMX_ROWS 16   /* rows of C per tile */
 #define AMX_K 32      /* k per tile product: 16 pairs */
 
@@ -428,7 +430,7 @@ AMX_TARGET static void depth_block_amx(int M, int N, const uint16_t *a, int a_st
  * panels hold `panel` elements each. add: C += the block, else C = bias (or 0) + the block. */
 static void depth_block(int M, int N, const uint16_t *a, int a_stride, const uint16_t *packed_b, size_t panel,
                         int k0, int kl, float *c, int ldc, int add, const float *bias) {
-#ifdef MHA_CPU_X86
+#ifdef MHA_CPU_X86_AMX
     if (mha_bf16_amx()) {
         const int a_rows = (M + MHA_BF16_MR - 1) / MHA_BF16_MR * MHA_BF16_MR;
         depth_block_amx(M, N, a, a_stride, a_rows, packed_b, panel, k0, kl, c, ldc, add, bias);

@@ -22,6 +22,8 @@
 #ifdef MHA_CPU_X86
 #include <immintrin.h>
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+#ifdef MHA_CPU_X86_AMX
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 #endif
 
@@ -188,6 +190,9 @@ FAST_TARGET static inline void store_row(float *yr, __m512i acc0, __m512i acc1, 
     }
 }
 
+#endif
+
+#ifdef MHA_CPU_X86_AMX
 #define AMX_ROWS 16   /* rows per tile */
 #define AMX_KB 64     /* k (bytes) per tile row */
 
@@ -253,7 +258,9 @@ AMX_TARGET static void gemm_amx(int M, int N, int kp, const uint8_t *xa, const f
     }
     _tile_release();
 }
+#endif
 
+#ifdef MHA_CPU_X86
 FAST_TARGET static void kernel_fast(const uint8_t *a, int kp, const int8_t *b, const float *sx, const float *sw,
                                     const int32_t *wsum, const float *bias, float *y, int ldy, int mr, int nr) {
     __m512i acc0[MHA_I8_MR], acc1[MHA_I8_MR];
@@ -308,7 +315,7 @@ void mha_i8_gemm(int M, int N, int K, const float *x, int ldx, const void *packe
         }
     }
     const int fast = mha_i8_fast();
-#ifdef MHA_CPU_X86
+#ifdef MHA_CPU_X86_AMX
     if (mha_i8_amx() && kp > 0) {
         gemm_amx(M, N, kp, xa, sx, packed_w, sw, wsum, bias, y, ldy);
         return;
