@@ -701,7 +701,7 @@ static int check_args(Args *a, int *input_format) {
 
 int main(int argc, char **argv) {
     mha_guard_std_fds();
-    mha_cpu_prefer_passive_wait(argv);
+    mha_cpu_set_thread_wait(argv);
     signal(SIGXFSZ, SIG_IGN);   /* over `ulimit -f`: a write error, said, rather than a silent death */
     Args a;
     int input_format = FORMAT_AUTO, rc;

@@ -76,7 +76,7 @@ static int unknown_option(const char *arg) {
 
 int main(int argc, char **argv) {
     mha_guard_std_fds();
-    mha_cpu_prefer_passive_wait(argv);
+    mha_cpu_set_thread_wait(argv);
     /* `mha-train ... 2>&1 | tee log` with tee gone: writes fail (EPIPE) and training goes on to
      * save; over `ulimit -f`: the write fails and is reported ("File too large") */
     signal(SIGPIPE, SIG_IGN);

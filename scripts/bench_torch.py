@@ -41,7 +41,8 @@ scripts/bench-train and scripts/bench-predict need. Run with Debian's python3-to
            (float64): logits, loss, 10 updates. Exit status 1 when they differ.
   report   ...   (see report_main): the final table and JSON of bench-train / bench-predict.
 
-Threads: torch.set_num_threads(N); run it with OMP_WAIT_POLICY=PASSIVE (the scripts do).
+Threads: torch.set_num_threads(N); run it with OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=2000,
+the thread wait mha-train sets for itself (the scripts do).
 numpy: needed by every subcommand but `train --max-steps N`, which also runs on a bare PyTorch
 install (scripts/gpu-check runs it that way, with torch 2.x, on the GPU machine).
 """

@@ -209,17 +209,25 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
     return &table;
 }
 
-void mha_cpu_prefer_passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
+/* libgomp's spins before a waiting thread sleeps: about 20 us (its own estimate is 100 spins
+ * per us), longer than most gaps between one op's parallel region and the next in a training
+ * step, far shorter than another process's time slice. */
+#define MHA_GOMP_SPIN_COUNT "2000"
+
+void mha_cpu_set_thread_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;   /* the user's choice */
     /* the program's own path, not /proc/self/exe: exec'd by that name, the process would be
      * called "exe" (pgrep mha-train, top and ps would not find it) */
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0 || n >= (ssize_t)sizeof self - 1) return;
     self[n] = '\0';
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+    /* PASSIVE for any OpenMP runtime; libgomp then still spins GOMP_SPINCOUNT times */
+    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0 || setenv("GOMP_SPINCOUNT", MHA_GOMP_SPIN_COUNT, 1) != 0)
+        return;
     execv(self, argv);
     /* exec failed (the file replaced or removed since it started): carry on with the default
      * policy */
     unsetenv("OMP_WAIT_POLICY");
+    unsetenv("GOMP_SPINCOUNT");
 }
