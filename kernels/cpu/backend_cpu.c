@@ -93,8 +93,29 @@ static void cpu_sum_into(double *acc, const float *x, size_t n) {
 }
 
 /* ---- AdamW as torch.optim.AdamW (t is the 1-based step) ----
- * Memory-bound (7 streams per element); sqrtf stays scalar under GCC's default -fmath-errno.
- * g * grad_scale is the value an in-place clip (g *= scale) would have stored. */
+ * Memory-bound (7 streams per element). g * grad_scale is the value an in-place clip
+ * (g *= scale) would have stored. */
+
+/* AdamW on elements [i0, i1) of one tensor: p -= lr * wd * p, then the Adam step on the
+ * scaled gradient (bias corrections folded into step and inv_bc2_sqrt). */
+typedef struct {
+    float grad_scale, beta1, beta2, a1, a2, step, inv_bc2_sqrt, eps, decay;
+} AdamwStep;
+static MHA_CPU_CLONES void adamw_range(float *p, const float *g, float *m, float *v, size_t i0, size_t i1,
+                                       const AdamwStep *s) {
+    const float grad_scale = s->grad_scale, beta1 = s->beta1, beta2 = s->beta2, a1 = s->a1, a2 = s->a2;
+    const float step = s->step, inv_bc2_sqrt = s->inv_bc2_sqrt, eps = s->eps, decay = s->decay;
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) {
+        float gi = g[i] * grad_scale;
+        float mi = beta1 * m[i] + a1 * gi;
+        float vi = beta2 * v[i] + a2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+    }
+}
+
 static void cpu_adamw(float *p, const float *g, float *m, float *v, const AdamwTensor *tensors,
                       int n_tensors, float lr, float beta1, float beta2, float eps, const float *grad_scale_at,
                       int t) {
@@ -102,22 +123,24 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, const AdamwT
     if (!isfinite(grad_scale)) return;   /* a skipped update */
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
     const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float step = (float)((double)lr / bc1);              /* lr / (1 - beta1^t) */
-    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));       /* 1 / sqrt(1 - beta2^t) */
-    const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-    for (int k = 0; k < n_tensors; k++) {
-        const float decay = 1.0f - lr * tensors[k].weight_decay;   /* p -= lr * wd * p */
-        const size_t n = tensors[k].n;
-        float *pk = p + tensors[k].offset, *mk = m + tensors[k].offset, *vk = v + tensors[k].offset;
-        const float *gk = g + tensors[k].offset;
-#pragma omp parallel for schedule(static) if (n >= MHA_OMP_MIN / 4)
-        for (size_t i = 0; i < n; i++) {
-            float gi = gk[i] * grad_scale;
-            float mi = beta1 * mk[i] + a1 * gi;
-            float vi = beta2 * vk[i] + a2 * gi * gi;
-            mk[i] = mi;
-            vk[i] = vi;
-            pk[i] = pk[i] * decay - step * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+    AdamwStep st = {.grad_scale = grad_scale, .beta1 = beta1, .beta2 = beta2, .a1 = 1.0f - beta1,
+                    .a2 = 1.0f - beta2, .eps = eps,
+                    .step = (float)((double)lr / bc1),               /* lr / (1 - beta1^t) */
+                    .inv_bc2_sqrt = (float)(1.0 / sqrt(bc2))};       /* 1 / sqrt(1 - beta2^t) */
+    size_t total = 0;
+    for (int k = 0; k < n_tensors; k++) total += tensors[k].n;
+    /* One parallel region for all tensors (a region per tensor cost a thread wake-up each):
+     * each thread updates its share of every tensor, split at multiples of 16 elements. The
+     * elements are independent, so any split gives the same bits. */
+#pragma omp parallel if (total >= MHA_OMP_MIN / 4)
+    {
+        const size_t nt = (size_t)omp_get_num_threads(), th = (size_t)omp_get_thread_num();
+        AdamwStep s = st;
+        for (int k = 0; k < n_tensors; k++) {
+            const size_t n = tensors[k].n, lines = (n + 15) / 16, off = tensors[k].offset;
+            const size_t i0 = lines * th / nt * 16, i1 = th + 1 == nt ? n : lines * (th + 1) / nt * 16;
+            s.decay = 1.0f - lr * tensors[k].weight_decay;
+            if (i0 < i1) adamw_range(p + off, g + off, m + off, v + off, i0, i1, &s);
         }
     }
 }

@@ -25,11 +25,8 @@
 #define R_LOG(x) logf(x)
 #define R_SQRT(x) sqrtf(x)
 #define R_ERF(x) mha_erff(x)
-/* Compute-bound helpers also get an AVX2/FMA clone, picked at load time (GCC on x86-64
- * Linux); the build itself targets baseline x86-64. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define MHA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
+/* Compute-bound helpers also get AVX-512 and AVX2/FMA clones (cpu_common.h). */
+#define MHA_CLONES MHA_CPU_CLONES
 /* Softmax rows without dropout: AVX-512 intrinsics when the CPU has them (rows_avx512.h). */
 #include "kernels/cpu/rows_avx512.h"
 #ifdef MHA_ROWS_AVX512
