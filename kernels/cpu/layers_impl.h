@@ -276,51 +276,46 @@ static MHA_CLONES void FN(layernorm_row)(REAL *o, REAL *m_out, REAL *rs_out, con
     *rs_out = rs;
 }
 
-/* The weight and bias gradients' sums for the channels [c0, c0 + w) (w <= MHA_CHUNK), rows in
- * order, in double: aw += dout * xhat, ab += dout (x, g point at channel c0 of row 0). As
- * colsum_chunk, a whole chunk runs at a fixed width (vector adds, the same bits). */
-static MHA_CLONES void FN(layernorm_dwdb_chunk)(double *aw, double *ab, const REAL *x, const REAL *g,
-                                                const REAL *mean, const REAL *rstd, int N, int C, int w) {
-    double sw[MHA_CHUNK] = {0}, sb[MHA_CHUNK] = {0};
-    if (w == MHA_CHUNK) {
-        for (int n = 0; n < N; n++) {
-            const REAL *xr = x + (size_t)n * C, *gr = g + (size_t)n * C;
-            const REAL m = mean[n], rs = rstd[n];
-#pragma omp simd
-            for (int c = 0; c < MHA_CHUNK; c++) {
-                sw[c] += gr[c] * ((xr[c] - m) * rs);
-                sb[c] += gr[c];
-            }
-        }
-    } else {
-        for (int n = 0; n < N; n++) {
-            const REAL *xr = x + (size_t)n * C, *gr = g + (size_t)n * C;
-            const REAL m = mean[n], rs = rstd[n];
-            for (int c = 0; c < w; c++) {
-                sw[c] += gr[c] * ((xr[c] - m) * rs);
-                sb[c] += gr[c];
-            }
-        }
-    }
-    for (int c = 0; c < w; c++) aw[c] = sw[c], ab[c] = sb[c];
-}
+/* The LayerNorm backward walks rows in blocks of this many: each block sums its rows' weight
+ * and bias gradients (in double, rows in order) while it computes their input gradients, and
+ * the blocks' sums are then added in block order. The order depends on N alone, not on the
+ * threads. */
+#define MHA_LN_BLOCK_ROWS 64
 
-/* One row of the input gradient: d (C) += rs * (g w - mean(g w) - xhat * mean(g w xhat)). */
-static MHA_CLONES void FN(layernorm_bwd_row)(REAL *d, const REAL *g, const REAL *x, const REAL *w,
-                                             REAL m, REAL rs, int C) {
-    REAL sg = 0, sgx = 0;
+/* Rows [n0, n1): d (C) += rs * (g w - mean(g w) - xhat * mean(g w xhat)) for each row (when d
+ * is not NULL), and pw (C) = sum of g * xhat, pb (C) = sum of g over the rows. */
+static MHA_CLONES void FN(layernorm_bwd_block)(REAL *d, double *pw, double *pb, const REAL *g, const REAL *x,
+                                               const REAL *w, const REAL *mean, const REAL *rstd, int n0,
+                                               int n1, int C) {
+    for (int c = 0; c < C; c++) pw[c] = 0, pb[c] = 0;
+    for (int n = n0; n < n1; n++) {
+        const REAL *gr = g + (size_t)n * C, *xr = x + (size_t)n * C;
+        const REAL m = mean[n], rs = rstd[n];
+        if (d) {
+            REAL sg = 0, sgx = 0;
 #pragma omp simd reduction(+ : sg, sgx)
-    for (int c = 0; c < C; c++) {
-        REAL gw = g[c] * w[c];
-        sg += gw;
-        sgx += gw * (x[c] - m) * rs;
-    }
-    sg /= (REAL)C;
-    sgx /= (REAL)C;
+            for (int c = 0; c < C; c++) {
+                REAL gw = gr[c] * w[c];
+                sg += gw;
+                sgx += gw * (xr[c] - m) * rs;
+            }
+            sg /= (REAL)C;
+            sgx /= (REAL)C;
+            REAL *dr = d + (size_t)n * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) {
-        REAL xh = (x[c] - m) * rs;
-        d[c] += (g[c] * w[c] - sg - xh * sgx) * rs;
+            for (int c = 0; c < C; c++) {
+                REAL xh = (xr[c] - m) * rs;
+                dr[c] += (gr[c] * w[c] - sg - xh * sgx) * rs;
+                pw[c] += gr[c] * xh;
+                pb[c] += gr[c];
+            }
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                pw[c] += gr[c] * ((xr[c] - m) * rs);
+                pb[c] += gr[c];
+            }
+        }
     }
 }
 
@@ -339,25 +334,31 @@ void FN(layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
 void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
                             const REAL *inp, const REAL *w, const REAL *mean,
                             const REAL *rstd, int N, int C) {
-    /* dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w */
-    if (dinp) {
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
-        for (int n = 0; n < N; n++)
-            FN(layernorm_bwd_row)(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w,
-                                  mean[n], rstd[n], C);
-    }
-    /* dw (C) += sum_n dout * xhat, db (C) += sum_n dout: channel chunks, double sums */
-    if (dw || db) {
-        int nchunk = (C + MHA_CHUNK - 1) / MHA_CHUNK;
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
-        for (int ch = 0; ch < nchunk; ch++) {
-            int c0 = ch * MHA_CHUNK, wd = C - c0 < MHA_CHUNK ? C - c0 : MHA_CHUNK;
-            double aw[MHA_CHUNK], ab[MHA_CHUNK];
-            FN(layernorm_dwdb_chunk)(aw, ab, inp + c0, dout + c0, mean, rstd, N, C, wd);
-            for (int c = 0; c < wd; c++) {
-                if (dw) dw[c0 + c] += (REAL)aw[c];
-                if (db) db[c0 + c] += (REAL)ab[c];
+    /* dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w;
+     * dw (C) += sum_n dout * xhat, db (C) += sum_n dout */
+    if (N <= 0) return;
+    const int nblk = (N + MHA_LN_BLOCK_ROWS - 1) / MHA_LN_BLOCK_ROWS;
+    const size_t per = FN(stride64)(2 * (size_t)C * sizeof(double) / sizeof(REAL));   /* a block's sums */
+    REAL *scr = FN(scratch)(per * (size_t)nblk);
+#pragma omp parallel if ((size_t)N * C >= MHA_OMP_MIN)
+    {
+#pragma omp for schedule(static)
+        for (int bi = 0; bi < nblk; bi++) {
+            double *pw = (double *)(void *)(scr + per * (size_t)bi), *pb = pw + C;
+            const int n0 = bi * MHA_LN_BLOCK_ROWS, n1 = n0 + MHA_LN_BLOCK_ROWS < N ? n0 + MHA_LN_BLOCK_ROWS : N;
+            FN(layernorm_bwd_block)(dinp, pw, pb, dout, inp, w, mean, rstd, n0, n1, C);
+        }
+        /* the blocks' sums, in block order (after the loop's barrier) */
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double sw = 0, sb = 0;
+            for (int bi = 0; bi < nblk; bi++) {
+                const double *pw = (const double *)(const void *)(scr + per * (size_t)bi);
+                sw += pw[c];
+                sb += pw[C + c];
             }
+            if (dw) dw[c] += (REAL)sw;
+            if (db) db[c] += (REAL)sb;
         }
     }
 }

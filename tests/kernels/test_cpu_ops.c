@@ -167,6 +167,25 @@ static void test_layernorm(void) {
     test_result("layernorm backward dinp", rel_err_f_d(dinp, dinp_d, n), TOL);
     test_result("layernorm backward dw", rel_err_f_d(dw, dw_d, C), TOL);
     test_result("layernorm backward db", rel_err_f_d(db, db_d, C), TOL);
+
+    /* dw, db: per 64-row block sums added in block order, so the bits do not depend on the
+     * thread count (300 rows: five blocks, the last partial); without dinp, the same dw, db */
+    float *dinp1 = falloc(n), *dinp3 = falloc(n), *dw1 = falloc(C), *db1 = falloc(C), *dw3 = falloc(C);
+    float *db3 = falloc(C), *dw0 = falloc(C), *db0 = falloc(C);
+    fill2(dinp1, dinp_d, n, -1, 1), fill2(dw1, dw_d, C, -1, 1), fill2(db1, db_d, C, -1, 1);
+    memcpy(dinp3, dinp1, n * sizeof(float)), memcpy(dw3, dw1, C * sizeof(float)), memcpy(db3, db1, C * sizeof(float));
+    memcpy(dw0, dw1, C * sizeof(float)), memcpy(db0, db1, C * sizeof(float));
+    mha_cpu_backend(1)->layernorm_backward(dinp1, dw1, db1, dout, inp, w, mean, rstd, N, C);
+    mha_cpu_backend(3)->layernorm_backward(dinp3, dw3, db3, dout, inp, w, mean, rstd, N, C);
+    mha_cpu_backend(2)->layernorm_backward(NULL, dw0, db0, dout, inp, w, mean, rstd, N, C);
+    test_expect("layernorm backward bitwise equal, 1 vs 3 threads",
+                memcmp(dinp1, dinp3, n * sizeof(float)) == 0 && memcmp(dw1, dw3, C * sizeof(float)) == 0 &&
+                    memcmp(db1, db3, C * sizeof(float)) == 0);
+    test_expect("layernorm backward without dinp: the same dw, db",
+                memcmp(dw0, dw1, C * sizeof(float)) == 0 && memcmp(db0, db1, C * sizeof(float)) == 0);
+    be->free(dinp1), be->free(dinp3), be->free(dw1), be->free(db1), be->free(dw3), be->free(db3);
+    be->free(dw0), be->free(db0);
+    be = mha_cpu_backend(0);
     be->free(inp), be->free(w), be->free(b), be->free(out), be->free(mean), be->free(rstd);
     be->free(dout), be->free(dinp), be->free(dw), be->free(db);
     free(inp_d), free(w_d), free(b_d), free(out_d), free(mean_d), free(rstd_d), free(dout_d);
