@@ -58,8 +58,8 @@ FAST_TARGET static float softmax_row_to_bf16(float *s, uint16_t *p, int n, int s
     return mxs + logf(total);
 }
 
-/* One thread's workspaces, grown on demand and kept. */
-static _Thread_local MhaBuffer tl_scores, tl_probs, tl_keys, tl_values;
+/* One thread's workspaces, grown on demand, kept until the thread exits. */
+static _Thread_local MhaThreadBuffer tl_scores, tl_probs, tl_keys, tl_values;
 
 void mha_attention_forward_packed_bf16(float *out, float *lse, const float *qkv, const int32_t *lengths,
                                        int B, int T, int C, int NH, int causal, float p_drop,
@@ -83,10 +83,10 @@ void mha_attention_forward_packed_bf16(float *out, float *lse, const float *qkv,
             ls[i] = 0;
         }
         if (L == 0) continue;
-        float *S = mha_buffer_get(&tl_scores, (size_t)ATT_BQ * T * sizeof *S, "attention scores");
-        uint16_t *P = mha_buffer_get(&tl_probs, (size_t)ATT_BQ * Tp * sizeof *P, "attention probabilities");
-        uint16_t *Kp = mha_buffer_get(&tl_keys, mha_bf16_packed_b_elems(HS, T) * sizeof *Kp, "packed keys");
-        uint16_t *Vp = mha_buffer_get(&tl_values, mha_bf16_packed_b_elems(T, HS) * sizeof *Vp, "packed values");
+        float *S = mha_thread_buffer_get(&tl_scores, (size_t)ATT_BQ * T * sizeof *S, "attention scores");
+        uint16_t *P = mha_thread_buffer_get(&tl_probs, (size_t)ATT_BQ * Tp * sizeof *P, "attention probabilities");
+        uint16_t *Kp = mha_thread_buffer_get(&tl_keys, mha_bf16_packed_b_elems(HS, T) * sizeof *Kp, "packed keys");
+        uint16_t *Vp = mha_thread_buffer_get(&tl_values, mha_bf16_packed_b_elems(T, HS) * sizeof *Vp, "packed values");
         uint16_t *scratch = mha_bf16_thread_scratch(ATT_BQ);
         if (!scratch) {
             fprintf(stderr, "mha: out of memory (a bf16 workspace of the attention)\n");

@@ -1,5 +1,6 @@
 /* kernels/cpu/cpu_common.h: small helpers shared by the CPU kernels (float and double
- * instantiations of layers_impl.h and backend_cpu.c): aligned allocation, BLAS thread
+ * instantiations of layers_impl.h and backend_cpu.c): aligned allocation, workspaces kept
+ * across calls and per-thread ones freed when their thread exits (thread_exit.c), BLAS thread
  * control around OpenMP regions, a vectorisable expf, and length clamping. */
 #ifndef MHA_KERNELS_CPU_COMMON_H
 #define MHA_KERNELS_CPU_COMMON_H
@@ -34,25 +35,82 @@ static inline void *mha_cpu_aligned_alloc(size_t bytes) {
     return aligned_alloc(64, sz);
 }
 
-/* A workspace grown on demand and kept (a warm call allocates nothing); out of memory is
- * fatal, with a message naming `what`. Declared _Thread_local by users whose ops several host
- * threads may run at once. */
+/* A workspace grown on demand and kept (a warm call allocates nothing). A per-thread one is
+ * an MhaThreadBuffer (below), freed when its thread exits. */
 typedef struct {
     void *p;
     size_t cap;   /* bytes */
 } MhaBuffer;
 
-static inline void *mha_buffer_get(MhaBuffer *b, size_t bytes, const char *what) {
+/* Bytes held by all MhaBuffers of all threads (thread_exit.c): changed only when a buffer
+ * grows or is freed; tests/kernels/test_cpu_thread_exit.c checks that threads leave none. */
+extern _Atomic size_t mha_buffer_bytes;
+
+static inline void mha_buffer_free(MhaBuffer *b) {
+    if (b->p) mha_buffer_bytes -= b->cap;
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+/* b's memory, grown to `bytes` if smaller; NULL when out of memory (b is then empty). */
+static inline void *mha_buffer_try_get(MhaBuffer *b, size_t bytes) {
     if (bytes > b->cap) {
-        free(b->p);
+        mha_buffer_free(b);
         b->p = mha_cpu_aligned_alloc(bytes);
-        b->cap = b->p ? bytes : 0;
-        if (!b->p) {
-            fprintf(stderr, "mha: out of memory (%zu MiB for %s)\n", bytes >> 20, what);
-            exit(1);
+        if (b->p) {
+            b->cap = bytes;
+            mha_buffer_bytes += bytes;
         }
     }
     return b->p;
+}
+
+/* mha_buffer_try_get with out of memory fatal, with a message naming `what`. */
+static inline void *mha_buffer_get(MhaBuffer *b, size_t bytes, const char *what) {
+    void *p = mha_buffer_try_get(b, bytes);
+    if (!p && bytes > 0) {
+        fprintf(stderr, "mha: out of memory (%zu MiB for %s)\n", bytes >> 20, what);
+        exit(1);
+    }
+    return p;
+}
+
+/* Memory that _Thread_local variables point to is not freed when their thread exits, and
+ * threads do exit: libgomp ends surplus workers when a region asks for fewer threads than the
+ * one before, and host threads (prediction workers) come and go. A cleanup fn(arg) armed by a
+ * thread runs when that thread exits (thread_exit.c: one pthread key for all of them). Each
+ * MhaThreadExit belongs to its user, _Thread_local and zero-initialised (not armed); arming
+ * links it into the thread's list, allocating nothing, and once armed a call costs a test of
+ * fn (hot paths arm at every product). It is disarmed as it runs: used again later in the
+ * thread's exit (from another key's destructor), it is armed again and runs again. */
+typedef struct MhaThreadExit {
+    void (*fn)(void *arg);   /* NULL: not armed */
+    void *arg;
+    struct MhaThreadExit *next;   /* the thread's armed cleanups */
+} MhaThreadExit;
+
+void mha_thread_exit_arm(MhaThreadExit *e, void (*fn)(void *), void *arg);
+
+static inline void mha_at_thread_exit(MhaThreadExit *e, void (*fn)(void *), void *arg) {
+    if (!e->fn) mha_thread_exit_arm(e, fn, arg);
+}
+
+/* A workspace of one thread (declared _Thread_local), freed when the thread exits. */
+typedef struct {
+    MhaBuffer buf;
+    MhaThreadExit at_exit;
+} MhaThreadBuffer;
+
+void mha_thread_buffer_free(void *thread_buffer);   /* an MhaThreadBuffer's cleanup */
+
+static inline void *mha_thread_buffer_get(MhaThreadBuffer *t, size_t bytes, const char *what) {
+    mha_at_thread_exit(&t->at_exit, mha_thread_buffer_free, t);
+    return mha_buffer_get(&t->buf, bytes, what);
+}
+static inline void *mha_thread_buffer_try_get(MhaThreadBuffer *t, size_t bytes) {
+    mha_at_thread_exit(&t->at_exit, mha_thread_buffer_free, t);
+    return mha_buffer_try_get(&t->buf, bytes);
 }
 
 /* Forces single-threaded BLAS for sgemm calls made inside an OpenMP parallel loop

@@ -14,9 +14,9 @@
  * vdpbf16ps's bit for bit (the hardware's order of additions inside an instruction is its own);
  * each row of C still depends only on its row of A, so results do not depend on the thread
  * count. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -505,42 +505,12 @@ void mha_bf16_gemm_packed_a(int M, int N, int K, const uint16_t *a, int a_stride
 /* ------------------------------------------------------------------ cblas-like entry */
 
 /* One thread's packing buffers, grown on demand and kept (a thread's step allocates nothing
- * once warm), freed when the thread exits (OpenMP ends its surplus workers when a region asks
- * for fewer threads than the one before). */
-static _Thread_local uint16_t *tl_packed, *tl_scratch;
-static _Thread_local size_t tl_packed_cap, tl_scratch_cap;
-static _Thread_local int tl_freed_at_exit;
-static pthread_key_t buffers_key;   /* its destructor runs in each exiting thread that set it */
-static pthread_once_t buffers_key_once = PTHREAD_ONCE_INIT;
-
-static void buffers_free(void *unused) {
-    (void)unused;
-    free(tl_packed), free(tl_scratch);
-    tl_packed = tl_scratch = NULL;
-    tl_packed_cap = tl_scratch_cap = 0;
-    tl_freed_at_exit = 0;   /* a buffer taken after this (another key's destructor) registers again */
-}
-
-static void buffers_key_create(void) {
-    if (pthread_key_create(&buffers_key, buffers_free) != 0) buffers_key = (pthread_key_t)-1;
-}
-
-static uint16_t *tl_buffer(uint16_t **p, size_t *cap, size_t elems) {
-    if (!tl_freed_at_exit) {   /* the thread's first buffer: have them freed at its exit */
-        pthread_once(&buffers_key_once, buffers_key_create);
-        if (buffers_key != (pthread_key_t)-1) pthread_setspecific(buffers_key, &tl_freed_at_exit);
-        tl_freed_at_exit = 1;
-    }
-    if (elems > *cap) {
-        free(*p);
-        *p = aligned_alloc(64, (elems * sizeof **p + 63) & ~(size_t)63);
-        *cap = *p ? elems : 0;
-    }
-    return *p;
-}
+ * once warm), freed when the thread exits. Out of memory gives NULL: mha_sgemm_bf16 then
+ * runs the fp32 product. */
+static _Thread_local MhaThreadBuffer tl_packed, tl_scratch;
 
 uint16_t *mha_bf16_thread_scratch(int M) {
-    return tl_buffer(&tl_scratch, &tl_scratch_cap, mha_bf16_scratch_elems(M));
+    return mha_thread_buffer_try_get(&tl_scratch, mha_bf16_scratch_elems(M) * sizeof(uint16_t));
 }
 
 void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b,
@@ -549,7 +519,7 @@ void mha_sgemm_bf16(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE trans_a, enum C
     const int accumulate = beta == 1.0f && alpha == 1.0f;
     uint16_t *packed = NULL, *scratch = NULL;
     if (order == CblasRowMajor && (beta == 0.0f || accumulate) && M > 0 && N > 0) {
-        packed = tl_buffer(&tl_packed, &tl_packed_cap, mha_bf16_packed_b_elems(K, N));
+        packed = mha_thread_buffer_try_get(&tl_packed, mha_bf16_packed_b_elems(K, N) * sizeof(uint16_t));
         scratch = mha_bf16_thread_scratch(M);
     }
     if (!packed || !scratch) {   /* not a case this path covers, or out of memory: fp32 */

@@ -15,16 +15,16 @@
 #include "kernels/cpu/layers_bf16.h"
 #include "kernels/cpu/packed_cache.h"
 
-/* ---- workspaces: grown on demand, kept for the process (a step allocates nothing) ---- */
+/* ---- workspaces: grown on demand, kept by their thread (a step allocates nothing) ---- */
 
-static uint16_t *buffer_get(MhaBuffer *b, size_t elems) {
-    return mha_buffer_get(b, elems * sizeof(uint16_t), "a bf16 workspace");
+static uint16_t *buffer_get(MhaThreadBuffer *b, size_t elems) {
+    return mha_thread_buffer_get(b, elems * sizeof(uint16_t), "a bf16 workspace");
 }
 
 /* Packed B of the current product(s): one per calling thread, taken before the op's parallel
  * regions and shared by their threads through a local pointer. Per thread (not global) so that
  * several host threads may run linear ops at once (model/evaluate.c's workers). */
-static _Thread_local MhaBuffer tl_packed_b[2];
+static _Thread_local MhaThreadBuffer tl_packed_b[2];
 
 /* The calling OpenMP thread's packed rows of A (gemm_bf16.c keeps one buffer per thread). */
 static uint16_t *thread_scratch(int rows) {

@@ -18,9 +18,9 @@
 #include "kernels/cpu/layers_int8.h"
 #include "kernels/cpu/packed_cache.h"
 
-/* A worker's quantized rows (cpu_common.h's MhaBuffer), per thread so that concurrent callers
- * (prediction workers) never share one. */
-static _Thread_local MhaBuffer tl_scratch;
+/* A worker's quantized rows (cpu_common.h's MhaThreadBuffer), per thread so that concurrent
+ * callers (prediction workers) never share one. */
+static _Thread_local MhaThreadBuffer tl_scratch;
 
 /* Packs w (OC, IC) into dst, one panel per OpenMP task when par (an MhaPackWeights). */
 static void pack_weights(void *dst, const float *w, int OC, int IC, int par) {
@@ -48,7 +48,7 @@ void mha_linear_forward_post_int8(float *out, float *pre, const float *inp, cons
         int n0, n1;
         mha_split_rows(N, blk, nb, MHA_I8_MR, &n0, &n1);
         if (n1 <= n0) continue;
-        void *scratch = mha_buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC), "an int8 workspace");
+        void *scratch = mha_thread_buffer_get(&tl_scratch, mha_i8_scratch_bytes(n1 - n0, IC), "an int8 workspace");
         mha_i8_gemm(n1 - n0, OC, IC, inp + (size_t)n0 * IC, IC, wp, bias, out + (size_t)n0 * OC, OC, scratch);
         /* the block is still in cache */
         size_t first = (size_t)n0 * OC;

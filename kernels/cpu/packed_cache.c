@@ -33,9 +33,9 @@ typedef struct {
     const float *w;   /* the key: the caller's weights (OC, IC), contiguous ... */
     int OC, IC;
     MhaPackWeights pack;   /* ... and the packing */
-    float *copy;      /* (OC, IC): the bytes they held when packed (a thread's entries only) */
-    void *packed;     /* the packing, 64-byte aligned */
-    size_t bytes;     /* of copy and packed */
+    MhaBuffer copy;     /* (OC, IC): the bytes they held when packed (a thread's entries only) */
+    MhaBuffer packed;   /* the packing */
+    size_t bytes;       /* of copy and packed */
     unsigned long last_use;
 } PackedEntry;
 typedef struct {
@@ -45,6 +45,7 @@ typedef struct {
     MhaBuffer uncached;     /* the packed weights of a product not kept (a thread's cache only) */
 } PackedCache;
 static _Thread_local PackedCache tl_cache;
+static _Thread_local MhaThreadExit tl_cache_at_exit;   /* frees tl_cache when the thread exits */
 static PackedCache fixed_store;   /* the promised weights' packings, shared; under fixed_lock */
 static pthread_mutex_t fixed_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic unsigned long cache_hits;   /* mha_packed_cache_hits */
@@ -68,12 +69,9 @@ static int promised(const float *w, size_t bytes) {
     return lo && a >= lo && a + bytes <= hi;
 }
 
-static pthread_key_t cache_key;   /* its destructor frees a thread's entries when it exits */
-static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
-
 static void entry_free(PackedCache *c, PackedEntry *e) {
-    free(e->copy);
-    free(e->packed);
+    mha_buffer_free(&e->copy);
+    mha_buffer_free(&e->packed);
     c->bytes -= e->bytes;
     memset(e, 0, sizeof *e);
 }
@@ -82,22 +80,7 @@ static void entry_free(PackedCache *c, PackedEntry *e) {
 static void cache_free(void *cache) {
     PackedCache *c = cache;
     for (int i = 0; i < PACKED_CACHE_ENTRIES; i++) entry_free(c, &c->e[i]);
-    free(c->uncached.p);
-    c->uncached.p = NULL, c->uncached.cap = 0;
-}
-
-static void cache_key_create(void) {
-    if (pthread_key_create(&cache_key, cache_free) != 0) cache_key = (pthread_key_t)-1;
-}
-
-/* Has the calling thread's cache freed when the thread exits (set up at its first product,
- * then a flag test per call). */
-static _Thread_local int tl_freed_at_exit;
-static void free_at_thread_exit(PackedCache *c) {
-    if (tl_freed_at_exit) return;
-    pthread_once(&cache_key_once, cache_key_create);
-    if (cache_key != (pthread_key_t)-1) pthread_setspecific(cache_key, c);
-    tl_freed_at_exit = 1;
+    mha_buffer_free(&c->uncached);
 }
 
 unsigned long mha_packed_cache_hits(void) { return cache_hits; }
@@ -114,11 +97,9 @@ static PackedEntry *entry_find(PackedCache *c, const float *w, int OC, int IC, M
  * when there is no memory for it. */
 static PackedEntry *entry_take(PackedCache *c, PackedEntry *e, const float *w, int OC, int IC,
                                MhaPackWeights pack, size_t copy_bytes, size_t pbytes) {
-    e->copy = copy_bytes ? malloc(copy_bytes) : NULL;
-    e->packed = mha_cpu_aligned_alloc((pbytes + 63) & ~(size_t)63);
-    if ((copy_bytes && !e->copy) || !e->packed) {
-        free(e->copy);
-        free(e->packed);
+    if ((copy_bytes && !mha_buffer_try_get(&e->copy, copy_bytes)) || !mha_buffer_try_get(&e->packed, pbytes)) {
+        mha_buffer_free(&e->copy);
+        mha_buffer_free(&e->packed);
         memset(e, 0, sizeof *e);
         return NULL;
     }
@@ -138,14 +119,14 @@ static const void *fixed_packed(const float *w, int OC, int IC, size_t pbytes, M
     const void *packed = NULL;
     if (e) {
         cache_hits++;
-        packed = e->packed;
+        packed = e->packed.p;
     } else {
         for (int i = 0; i < PACKED_CACHE_ENTRIES && !e; i++)
             if (!c->e[i].w) e = &c->e[i];
         if (e && c->bytes + pbytes <= PACKED_CACHE_MAX_BYTES &&
             (e = entry_take(c, e, w, OC, IC, pack, 0, pbytes)) != NULL) {
-            pack(e->packed, w, OC, IC, par);
-            packed = e->packed;
+            pack(e->packed.p, w, OC, IC, par);
+            packed = e->packed.p;
         }
     }
     pthread_mutex_unlock(&fixed_lock);
@@ -174,27 +155,27 @@ const void *mha_packed_weights(const float *w, int OC, int IC, size_t pbytes, Mh
         if (packed) return packed;
     }
     PackedCache *c = &tl_cache;
+    mha_at_thread_exit(&tl_cache_at_exit, cache_free, c);
     PackedEntry *e = NULL;
     if (compare) {
         c->calls++;
         e = entry_find(c, w, OC, IC, pack);
         if (e) {
             e->last_use = c->calls;
-            if (memcmp(e->copy, w, wbytes) == 0) {
+            if (memcmp(e->copy.p, w, wbytes) == 0) {
                 cache_hits++;
-                return e->packed;
+                return e->packed.p;
             }
         } else if ((e = entry_for_new(c, wbytes + pbytes)) != NULL) {
             e = entry_take(c, e, w, OC, IC, pack, wbytes, pbytes);   /* NULL: no room, not kept */
         }
     }
-    free_at_thread_exit(c);
     if (!e) {
         void *wp = mha_buffer_get(&c->uncached, pbytes, "the packed weights of a linear layer");
         pack(wp, w, OC, IC, par);
         return wp;
     }
-    memcpy(e->copy, w, wbytes);   /* then packed from the copy: the two always agree */
-    pack(e->packed, e->copy, OC, IC, par);
-    return e->packed;
+    memcpy(e->copy.p, w, wbytes);   /* then packed from the copy: the two always agree */
+    pack(e->packed.p, e->copy.p, OC, IC, par);
+    return e->packed.p;
 }
