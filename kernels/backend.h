@@ -245,11 +245,12 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len);
 
 /* Called first in main(): when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, sets
  * OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=2000 and re-executes the program (OpenMP reads
- * them only at load time). A waiting thread then spins about 20 us and sleeps: it catches the
- * next parallel region of a step without the cost of a wake-up, and does not take the cores
- * from other processes for long. Measured on a 2-core VM, 2 threads, shopping10, 300 updates:
+ * them only at load time). A waiting thread then spins (2,000 of libgomp's spins: about 20 us
+ * by its estimate; none with more threads than cores; libomp ignores the count) and sleeps: it
+ * catches the next parallel region of a step without the cost of a wake-up, and does not take
+ * the cores from other processes for long. Measured on a 2-core VM, 2 threads, shopping10, 300 updates:
  * - alone: bf16 training 190-211k tokens/s against 165-179k with no spinning (PASSIVE alone),
- *   fp32 102-104k against 94-95k; spinning without end (ACTIVE) 196-219k;
+ *   fp32 102-104k against 94-95k; spinning for minutes (ACTIVE) 196-219k;
  * - two trainings at once: 98-104k each against 106-112k passive, 84-88k with 5000 spins;
  * - an older measurement, with libgomp's default spinning (300,000) on a busy machine:
  *   4.1k tokens/s against 22.9k passive.

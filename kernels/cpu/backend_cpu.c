@@ -232,7 +232,7 @@ const Backend *mha_cpu_backend_int8(int threads, char *why, size_t why_len) {
     return &table;
 }
 
-/* libgomp's spins before a waiting thread sleeps: about 20 us (its own estimate is 100 spins
+/* libgomp's spins before a waiting thread sleeps: nominally 20 us (its own estimate is 100 spins
  * per us), longer than most gaps between one op's parallel region and the next in a training
  * step, far shorter than another process's time slice. */
 #define MHA_GOMP_SPIN_COUNT "2000"

@@ -17,9 +17,10 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
 
 /* A function attribute for compute-bound helpers: AVX-512 and AVX2/FMA clones, picked at load
- * time (GCC on x86-64 Linux; elsewhere none), while the build itself targets baseline x86-64.
- * OpenMP's outlined loop bodies get no clones, so the loops call such helpers per range. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+ * time (GCC 12 or later on x86-64 Linux: older GCCs reject arch=x86-64-v4 here; elsewhere
+ * none), while the build itself targets baseline x86-64. OpenMP's outlined loop bodies get no
+ * clones, so the loops call such helpers per range. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__) && defined(__linux__)
 #define MHA_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MHA_CPU_CLONES

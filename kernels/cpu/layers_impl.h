@@ -336,7 +336,7 @@ void FN(layernorm_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout,
                             const REAL *rstd, int N, int C) {
     /* dinp (N, C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w;
      * dw (C) += sum_n dout * xhat, db (C) += sum_n dout */
-    if (N <= 0) return;
+    if (N <= 0 || C <= 0) return;
     const int nblk = (N + MHA_LN_BLOCK_ROWS - 1) / MHA_LN_BLOCK_ROWS;
     const size_t per = FN(stride64)(2 * (size_t)C * sizeof(double) / sizeof(REAL));   /* a block's sums */
     REAL *scr = FN(scratch)(per * (size_t)nblk);
