@@ -46,6 +46,7 @@ static ino_t locked_ino;
 static int have_locked;
 static int locked_dir_fd = -1;   /* that folder, held open: checkpoints are saved through it */
 static int created_dir;          /* run_dir_lock made it (it did not exist before) */
+static size_t created_parent_len; /* > 0: it also made the folders above it from path[0, len) down */
 
 int run_dir_fd(void) { return locked_dir_fd; }
 
@@ -63,8 +64,14 @@ int run_dir_check(const char *dir, MhaError *err) {
 int run_dir_lock(const char *dir, MhaError *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s", dir);
+    for (size_t n = strlen(path); n > 1 && path[n - 1] == '/';) path[--n] = '\0';   /* "out/" is "out" */
+    created_parent_len = 0;
     for (char *p = path + 1; *p; p++)
-        if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+        if (*p == '/' && p[-1] != '/') {
+            *p = 0;
+            if (mkdir(path, 0755) == 0 && !created_parent_len) created_parent_len = (size_t)(p - path);
+            *p = '/';
+        }
     created_dir = mkdir(path, 0755) == 0;
     if (!created_dir && errno != EEXIST)
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
@@ -124,7 +131,18 @@ void run_dir_remove_if_unused(const char *dir) {
     while (only_lock && (e = readdir(d)) != NULL)
         only_lock = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, ".lock") == 0;
     closedir(d);
-    if (only_lock && unlinkat(locked_dir_fd, ".lock", 0) == 0) rmdir(dir);
+    if (!only_lock || unlinkat(locked_dir_fd, ".lock", 0) != 0 || rmdir(dir) != 0) return;
+    /* then the folders above it that run_dir_lock made, deepest first, while they are empty */
+    char path[4200];
+    snprintf(path, sizeof path, "%s", dir);
+    for (size_t n = strlen(path); created_parent_len && n > created_parent_len;) {
+        while (n > 0 && path[n - 1] == '/') n--;           /* a trailing slash */
+        while (n > 0 && path[n - 1] != '/') n--;           /* the last name */
+        while (n > 1 && path[n - 1] == '/') n--;           /* the slashes before it */
+        if (n < created_parent_len) break;
+        path[n] = '\0';
+        if (rmdir(path) != 0) break;                       /* not empty (something else is there) */
+    }
 }
 
 int run_dir_claim(const char *dir, int overwrite, MhaError *err) {

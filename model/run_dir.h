@@ -26,7 +26,9 @@ int run_dir_fd(void);
 
 /* A run that failed before writing anything: removes the output folder again when
  * run_dir_lock made it and it holds nothing but the lock file (a mistyped data path leaves no
- * empty folder behind). Folders that existed before, or hold anything else, stay. */
+ * empty folder behind), then the empty folders above it that run_dir_lock made for it
+ * (output.dir a/b/c with only a there before: a/b/c and a/b). Folders that existed before, or
+ * hold anything else, stay. */
 void run_dir_remove_if_unused(const char *dir);
 
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a

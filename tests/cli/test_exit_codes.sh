@@ -31,6 +31,12 @@ tiny_config "$TMP/c.json" "$TMP/out"
 expect_exit 1 "bad.tsv:2:" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/bad.tsv" --set data.format=tsv --quiet
 expect_exit 1 "cannot open|No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --quiet
 [ ! -e "$TMP/out" ] || fail "a run that failed on its data left its new output folder behind: $(ls -A "$TMP/out")"
+# the folders it made above output.dir go too; one that was there before stays
+mkdir "$TMP/there"
+expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" \
+  --set output.dir="$TMP/there/new1//new2/run/" --quiet
+[ -d "$TMP/there" ] && [ -z "$(ls -A "$TMP/there")" ] ||
+  fail "a failed run left the folders it made above output.dir: $(cd "$TMP/there" 2>/dev/null && find .)"
 mkdir "$TMP/kept"   # a folder that was there before stays, lock file and all
 expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --set output.dir="$TMP/kept" --quiet
 [ -d "$TMP/kept" ] || fail "a failed run removed an output folder it did not create"
