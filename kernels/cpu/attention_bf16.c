@@ -58,6 +58,63 @@ FAST_TARGET static float softmax_row_to_bf16(float *s, uint16_t *p, int n, int s
     return mxs + logf(total);
 }
 
+#define SOFTMAX_ROWS 4   /* rows softmax_rows_to_bf16 takes at once */
+
+/* softmax_row_to_bf16 on SOFTMAX_ROWS rows of the same length n at once (rows lds floats and
+ * stride bf16 apart; their log-sum-exps to lse): each row's operations are that function's, in
+ * its order, so the bits are the same; interleaved, the rows' dependency chains (the running
+ * maximum, the horizontal reductions, the division and the log) overlap. */
+FAST_TARGET static void softmax_rows_to_bf16(float *s, int lds, uint16_t *p, int n, int stride, float scale,
+                                             float *lse) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 mx[SOFTMAX_ROWS], sum[SOFTMAX_ROWS], mxv[SOFTMAX_ROWS], inv[SOFTMAX_ROWS];
+    float mxs[SOFTMAX_ROWS], total[SOFTMAX_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < SOFTMAX_ROWS; r++) mx[r] = _mm512_set1_ps(s[(size_t)r * lds] * scale);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 m = rows_mask(n - j);
+#pragma GCC unroll 4
+        for (int r = 0; r < SOFTMAX_ROWS; r++)
+            mx[r] = _mm512_mask_max_ps(mx[r], m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), sc),
+                                       mx[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+        mxs[r] = _mm512_reduce_max_ps(mx[r]);
+        mxv[r] = _mm512_set1_ps(mxs[r]);
+        sum[r] = _mm512_setzero_ps();
+    }
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 m = rows_mask(n - j);
+#pragma GCC unroll 4
+        for (int r = 0; r < SOFTMAX_ROWS; r++) {
+            float *sr = s + (size_t)r * lds + j;
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr), sc);
+            const __m512 e = rows_exp16(_mm512_sub_ps(x, mxv[r]), SOFTMAX_DEGREE);
+            _mm512_mask_storeu_ps(sr, m, e);
+            sum[r] = _mm512_mask_add_ps(sum[r], m, sum[r], e);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+        total[r] = _mm512_reduce_add_ps(sum[r]);
+        inv[r] = _mm512_set1_ps(1.0f / total[r]);
+    }
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 m = rows_mask(n - j);
+#pragma GCC unroll 4
+        for (int r = 0; r < SOFTMAX_ROWS; r++) {
+            const __m256i h = (__m256i)_mm512_cvtneps_pbh(
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), inv[r]));
+            _mm256_mask_storeu_epi16(p + (size_t)r * stride + j, m, h);
+        }
+    }
+    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+        if (stride > n) memset(p + (size_t)r * stride + n, 0, (size_t)(stride - n) * sizeof *p);
+        lse[r] = mxs[r] + logf(total[r]);
+    }
+}
+
 /* One thread's workspaces, grown on demand, kept until the thread exits. */
 static _Thread_local MhaThreadBuffer tl_scores, tl_probs, tl_keys, tl_values;
 
@@ -100,8 +157,14 @@ void mha_attention_forward_packed_bf16(float *out, float *lse, const float *qkv,
             const int kend = causal ? i0 + bq : L, stride = (kend + 1) & ~1;
             /* S (bq, kend) = q[i0:i0+bq] @ k[:kend]^T (unscaled) */
             mha_bf16_gemm(bq, kend, HS, q + (size_t)i0 * C3, C3, 0, Kp, S, kend, 0, NULL, NULL, scratch);
-            /* P (bq, stride) bf16 = softmax(scale S) row by row; rows up to the micro-tile zero */
-            for (int r = 0; r < bq; r++) {
+            /* P (bq, stride) bf16 = softmax(scale S) row by row (SOFTMAX_ROWS at once where the
+             * rows have one length); rows up to the micro-tile zero */
+            int r0 = 0;
+            if (!causal)
+                for (; r0 + SOFTMAX_ROWS <= bq; r0 += SOFTMAX_ROWS)
+                    softmax_rows_to_bf16(S + (size_t)r0 * kend, kend, P + (size_t)r0 * stride, kend, stride, scale,
+                                         ls + i0 + r0);
+            for (int r = r0; r < bq; r++) {
                 const int i = i0 + r;
                 ls[i] = softmax_row_to_bf16(S + (size_t)r * kend, P + (size_t)r * stride,
                                             causal ? i + 1 : kend, stride, scale);
