@@ -27,10 +27,12 @@
 #define R_ERF(x) mha_erff(x)
 /* Compute-bound helpers also get AVX-512 and AVX2/FMA clones (cpu_common.h). */
 #define MHA_CLONES MHA_CPU_CLONES
-/* Softmax rows without dropout: AVX-512 intrinsics when the CPU has them (rows_avx512.h). */
+/* Softmax rows without dropout and LayerNorm rows: AVX-512 intrinsics when the CPU has them
+ * (rows_avx512.h). */
 #include "kernels/cpu/rows_avx512.h"
 #ifdef MHA_ROWS_AVX512
 #define MHA_ROWS_FAST_DEGREE 7
+#define MHA_LN_ROW_FAST mha_layernorm_row_avx512
 #endif
 static int rows_force_portable;
 void mha_rows_force_portable(int on) { rows_force_portable = on; }

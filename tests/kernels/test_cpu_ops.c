@@ -573,6 +573,44 @@ static void test_crossentropy(float eps) {
     free(logits_d), free(probs_d), free(dl_d), free(losses_d);
 }
 
+/* LayerNorm forward rows on both paths (AVX-512 where the CPU has it and C is a multiple of
+ * 16; portable): against double, and every row of a 103-row batch the same bits as the row
+ * alone (prediction's batch invariance). */
+static void test_layernorm_rows(void) {
+    const int N = 103, Cs[2] = {128, 48};
+    for (int path = 0; path < 2; path++)
+        for (int ci = 0; ci < 2; ci++) {
+            const int C = Cs[ci];
+            const size_t n = (size_t)N * C;
+            mha_rows_force_portable(path);
+            float *inp = falloc(n), *w = falloc(C), *b = falloc(C), *out = falloc(n), *alone = falloc(n);
+            float *mean = falloc(N), *rstd = falloc(N), *m1 = falloc(N), *r1 = falloc(N);
+            double *inp_d = dalloc(n), *w_d = dalloc(C), *b_d = dalloc(C), *out_d = dalloc(n);
+            double *mean_d = dalloc(N), *rstd_d = dalloc(N);
+            fill2(inp, inp_d, n, -3, 5), fill2(w, w_d, C, 0.5f, 1.5f), fill2(b, b_d, C, -1, 1);
+            be->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+            for (int r = 0; r < N; r++)   /* rows alone; without mean and rstd, as prediction */
+                be->layernorm_forward(alone + (size_t)r * C, r % 2 ? NULL : m1 + r, r % 2 ? NULL : r1 + r,
+                                      inp + (size_t)r * C, w, b, 1, C);
+            mha_layernorm_forward_f64(out_d, mean_d, rstd_d, inp_d, w_d, b_d, N, C);
+            char what[112];
+            const char *tag = path ? "portable" : mha_rows_fast() ? "AVX-512" : "portable (no AVX-512)";
+            snprintf(what, sizeof what, "layernorm rows %s C=%d: out vs double", tag, C);
+            test_result(what, rel_err_f_d(out, out_d, n), TOL);
+            snprintf(what, sizeof what, "layernorm rows %s C=%d: mean, rstd vs double", tag, C);
+            test_result(what, fmax(rel_err_f_d(mean, mean_d, N), rel_err_f_d(rstd, rstd_d, N)), TOL);
+            int same = memcmp(out, alone, n * sizeof(float)) == 0;
+            for (int r = 0; r < N; r += 2) same &= mean[r] == m1[r] && rstd[r] == r1[r];
+            snprintf(what, sizeof what, "layernorm rows %s C=%d: 103 rows at once = each row alone, bit for bit",
+                     tag, C);
+            test_expect(what, same);
+            be->free(inp), be->free(w), be->free(b), be->free(out), be->free(alone), be->free(mean);
+            be->free(rstd), be->free(m1), be->free(r1);
+            free(inp_d), free(w_d), free(b_d), free(out_d), free(mean_d), free(rstd_d);
+        }
+    mha_rows_force_portable(0);
+}
+
 /* --------------------------------- AdamW --------------------------------- */
 static void test_adamw(void) {
     /* hand-computed: p=1, g=0.5, lr=0.1, wd=0.01, t=1: decay -> 0.999; m=0.05, v=2.5e-4;
@@ -1109,6 +1147,7 @@ int main(void) {
     test_embedding();
     be = mha_cpu_backend(0);
     test_layernorm();
+    test_layernorm_rows();
     test_elementwise();
     for (rows_portable = 0; rows_portable < 2; rows_portable++) {
         mha_rows_force_portable(rows_portable);
