@@ -46,7 +46,24 @@ static ino_t locked_ino;
 static int have_locked;
 static int locked_dir_fd = -1;   /* that folder, held open: checkpoints are saved through it */
 static int created_dir;          /* run_dir_lock made it (it did not exist before) */
-static size_t created_parent_len; /* > 0: it also made the folders above it from path[0, len) down */
+/* The folders above it that run_dir_lock made: the prefixes of the path (its trailing slashes
+ * dropped) of these lengths, shallowest first (a path of more levels than this keeps the rest) */
+#define MAX_MADE_PARENTS 64
+static char made_path[4200];
+static size_t made_parent_len[MAX_MADE_PARENTS];
+static int n_made_parents;
+
+/* Removes the folders above output.dir that run_dir_lock made, deepest first, while they are
+ * empty (rmdir removes nothing else); stops at the first it cannot remove. */
+static void remove_made_parents(void) {
+    while (n_made_parents > 0) {
+        made_path[made_parent_len[--n_made_parents]] = '\0';
+        if (rmdir(made_path) != 0) {
+            n_made_parents = 0;
+            return;
+        }
+    }
+}
 
 int run_dir_fd(void) { return locked_dir_fd; }
 
@@ -65,16 +82,21 @@ int run_dir_lock(const char *dir, MhaError *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s", dir);
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/';) path[--n] = '\0';   /* "out/" is "out" */
-    created_parent_len = 0;
+    snprintf(made_path, sizeof made_path, "%s", path);
+    n_made_parents = 0;
     for (char *p = path + 1; *p; p++)
         if (*p == '/' && p[-1] != '/') {
             *p = 0;
-            if (mkdir(path, 0755) == 0 && !created_parent_len) created_parent_len = (size_t)(p - path);
+            if (mkdir(path, 0755) == 0 && n_made_parents < MAX_MADE_PARENTS)
+                made_parent_len[n_made_parents++] = (size_t)(p - path);
             *p = '/';
         }
     created_dir = mkdir(path, 0755) == 0;
-    if (!created_dir && errno != EEXIST)
-        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(errno));
+    if (!created_dir && errno != EEXIST) {
+        int e = errno;
+        remove_made_parents();
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(e));
+    }
     struct stat st;
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
         return mha_fail(err, MHA_EXIT_USAGE, "%s: output.dir names a file, not a folder (choose another "
@@ -132,17 +154,7 @@ void run_dir_remove_if_unused(const char *dir) {
         only_lock = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, ".lock") == 0;
     closedir(d);
     if (!only_lock || unlinkat(locked_dir_fd, ".lock", 0) != 0 || rmdir(dir) != 0) return;
-    /* then the folders above it that run_dir_lock made, deepest first, while they are empty */
-    char path[4200];
-    snprintf(path, sizeof path, "%s", dir);
-    for (size_t n = strlen(path); created_parent_len && n > created_parent_len;) {
-        while (n > 0 && path[n - 1] == '/') n--;           /* a trailing slash */
-        while (n > 0 && path[n - 1] != '/') n--;           /* the last name */
-        while (n > 1 && path[n - 1] == '/') n--;           /* the slashes before it */
-        if (n < created_parent_len) break;
-        path[n] = '\0';
-        if (rmdir(path) != 0) break;                       /* not empty (something else is there) */
-    }
+    remove_made_parents();
 }
 
 int run_dir_claim(const char *dir, int overwrite, MhaError *err) {

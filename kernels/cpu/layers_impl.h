@@ -323,7 +323,7 @@ void FN(layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
                            const REAL *w, const REAL *b, int N, int C) {
     /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
 #ifdef MHA_LN_ROW_FAST
-    if (C % 16 == 0 && MHA_ROWS_FAST()) {   /* rows_avx512.h */
+    if (C > 0 && C % 16 == 0 && MHA_ROWS_FAST()) {   /* rows_avx512.h */
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= MHA_OMP_MIN)
         for (int n = 0; n < N; n++)
             MHA_LN_ROW_FAST(out + (size_t)n * C, mean ? mean + n : NULL, rstd ? rstd + n : NULL,

@@ -37,6 +37,12 @@ expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$
   --set output.dir="$TMP/there/new1//new2/run/" --quiet
 [ -d "$TMP/there" ] && [ -z "$(ls -A "$TMP/there")" ] ||
   fail "a failed run left the folders it made above output.dir: $(cd "$TMP/there" 2>/dev/null && find .)"
+# through '..': only the folders it made go (new3), never an empty one that was there (pre)
+mkdir "$TMP/there/pre"
+expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" \
+  --set output.dir="$TMP/there/new3/../pre/run" --quiet
+[ -d "$TMP/there/pre" ] || fail "a failed run removed an empty folder that was there before it (output.dir through '..')"
+[ ! -e "$TMP/there/new3" ] || fail "a failed run left new3, which it made (output.dir through '..')"
 mkdir "$TMP/kept"   # a folder that was there before stays, lock file and all
 expect_exit 1 "No such file" "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/missing.tsv" --set output.dir="$TMP/kept" --quiet
 [ -d "$TMP/kept" ] || fail "a failed run removed an output folder it did not create"
