@@ -26,68 +26,34 @@
 #ifdef MHA_ROWS_AVX512
 #define FAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-/* Score row s (n raw products q.k, n >= 1) -> p (stride entries of bf16): softmax of
- * s * scale over [0, n), zeros in [n, stride). Returns the log-sum-exp of the scaled scores.
- * The operations of mha_softmax_row_avx512 on the scaled row, in its order; s is overwritten
- * with the unnormalised exponentials. */
-FAST_TARGET static float softmax_row_to_bf16(float *s, uint16_t *p, int n, int stride, float scale) {
-    const __m512 sc = _mm512_set1_ps(scale);
-    __m512 mx = _mm512_set1_ps(s[0] * scale);
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
-        mx = _mm512_mask_max_ps(mx, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), sc), mx);
-    }
-    const float mxs = _mm512_reduce_max_ps(mx);
-    const __m512 mxv = _mm512_set1_ps(mxs);
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
-        const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), sc);
-        const __m512 e = rows_exp16(_mm512_sub_ps(x, mxv), SOFTMAX_DEGREE);
-        _mm512_mask_storeu_ps(s + j, m, e);
-        sum = _mm512_mask_add_ps(sum, m, sum, e);
-    }
-    const float total = _mm512_reduce_add_ps(sum);
-    const __m512 inv = _mm512_set1_ps(1.0f / total);
-    for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
-        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
-        _mm256_mask_storeu_epi16(p + j, m, h);
-    }
-    if (stride > n) memset(p + n, 0, (size_t)(stride - n) * sizeof *p);
-    return mxs + logf(total);
-}
-
 #define SOFTMAX_ROWS 4   /* rows softmax_rows_to_bf16 takes at once */
 
-/* softmax_row_to_bf16 on SOFTMAX_ROWS rows of the same length n at once (rows lds floats and
- * stride bf16 apart; their log-sum-exps to lse): each row's operations are that function's, in
- * its order, so the bits are the same; interleaved, the rows' dependency chains (the running
- * maximum, the horizontal reductions, the division and the log) overlap. */
-FAST_TARGET static void softmax_rows_to_bf16(float *s, int lds, uint16_t *p, int n, int stride, float scale,
-                                             float *lse) {
+/* Score rows s (R rows of n raw products q.k, n >= 1, lds floats apart) -> p (R rows of stride
+ * bf16): softmax of s * scale over [0, n), zeros in [n, stride); lse (R) = the log-sum-exps of
+ * the scaled scores. Each row gets the operations of mha_softmax_row_avx512 on the scaled row,
+ * in its order, whatever R is (R = 1 or SOFTMAX_ROWS, a constant once inlined); with several
+ * rows interleaved, their dependency chains (the running maximum, the horizontal reductions,
+ * the division and the log) overlap. s is overwritten with the unnormalised exponentials. */
+FAST_TARGET static inline __attribute__((always_inline)) void
+softmax_rows_body(float *s, int lds, uint16_t *p, int n, int stride, float scale, float *lse, const int R) {
     const __m512 sc = _mm512_set1_ps(scale);
     __m512 mx[SOFTMAX_ROWS], sum[SOFTMAX_ROWS], mxv[SOFTMAX_ROWS], inv[SOFTMAX_ROWS];
     float mxs[SOFTMAX_ROWS], total[SOFTMAX_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < SOFTMAX_ROWS; r++) mx[r] = _mm512_set1_ps(s[(size_t)r * lds] * scale);
+    for (int r = 0; r < R; r++) mx[r] = _mm512_set1_ps(s[(size_t)r * lds] * scale);
     for (int j = 0; j < n; j += 16) {
         const __mmask16 m = rows_mask(n - j);
-#pragma GCC unroll 4
-        for (int r = 0; r < SOFTMAX_ROWS; r++)
+        for (int r = 0; r < R; r++)
             mx[r] = _mm512_mask_max_ps(mx[r], m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), sc),
                                        mx[r]);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         mxs[r] = _mm512_reduce_max_ps(mx[r]);
         mxv[r] = _mm512_set1_ps(mxs[r]);
         sum[r] = _mm512_setzero_ps();
     }
     for (int j = 0; j < n; j += 16) {
         const __mmask16 m = rows_mask(n - j);
-#pragma GCC unroll 4
-        for (int r = 0; r < SOFTMAX_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             float *sr = s + (size_t)r * lds + j;
             const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr), sc);
             const __m512 e = rows_exp16(_mm512_sub_ps(x, mxv[r]), SOFTMAX_DEGREE);
@@ -95,24 +61,33 @@ FAST_TARGET static void softmax_rows_to_bf16(float *s, int lds, uint16_t *p, int
             sum[r] = _mm512_mask_add_ps(sum[r], m, sum[r], e);
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         total[r] = _mm512_reduce_add_ps(sum[r]);
         inv[r] = _mm512_set1_ps(1.0f / total[r]);
     }
     for (int j = 0; j < n; j += 16) {
         const __mmask16 m = rows_mask(n - j);
-#pragma GCC unroll 4
-        for (int r = 0; r < SOFTMAX_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             const __m256i h = (__m256i)_mm512_cvtneps_pbh(
                 _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), inv[r]));
             _mm256_mask_storeu_epi16(p + (size_t)r * stride + j, m, h);
         }
     }
-    for (int r = 0; r < SOFTMAX_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         if (stride > n) memset(p + (size_t)r * stride + n, 0, (size_t)(stride - n) * sizeof *p);
         lse[r] = mxs[r] + logf(total[r]);
     }
+}
+
+/* One row (its log-sum-exp returned), and SOFTMAX_ROWS rows of one length at once. */
+FAST_TARGET static float softmax_row_to_bf16(float *s, uint16_t *p, int n, int stride, float scale) {
+    float lse;
+    softmax_rows_body(s, 0, p, n, stride, scale, &lse, 1);
+    return lse;
+}
+FAST_TARGET static void softmax_rows_to_bf16(float *s, int lds, uint16_t *p, int n, int stride, float scale,
+                                             float *lse) {
+    softmax_rows_body(s, lds, p, n, stride, scale, lse, SOFTMAX_ROWS);
 }
 
 /* One thread's workspaces, grown on demand, kept until the thread exits. */
