@@ -21,6 +21,9 @@
 #define GEMV cblas_sgemv
 /* the forward's product on our own AVX2 kernel where OpenBLAS's would not be batch invariant */
 #define LINEAR_FORWARD_OWN mha_linear_forward_post_f32_own
+/* and the backward's dinp on its AVX-512 tiles (faster than OpenBLAS's there) */
+#define LINEAR_DINP_PACK mha_linear_dinp_pack_f32
+#define LINEAR_DINP_ROWS mha_linear_dinp_rows_f32
 #define R_EXP(x) mha_expf(x)
 #define R_LOG(x) logf(x)
 #define R_SQRT(x) sqrtf(x)

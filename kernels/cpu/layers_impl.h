@@ -7,7 +7,10 @@
  *   GEMV              cblas_sgemv or cblas_dgemv
  *   LINEAR_FORWARD_OWN (optional) a function with linear_forward_post's arguments that
  *                     returns 1 when it did the whole op on a product of its own, 0 to leave
- *                     it to GEMM (layers_f32.c: linear_f32.c on AVX2 CPUs)
+ *                     it to GEMM (layers_f32.c: linear_f32.c on CPUs with AVX2 and FMA)
+ *   LINEAR_DINP_PACK, LINEAR_DINP_ROWS (optional) linear_backward's dinp on that kernel:
+ *                     the first packs w for it (NULL: leave dinp to GEMM), the second
+ *                     multiplies a block of rows (layers_f32.h)
  *   R_EXP R_LOG R_SQRT R_ERF   math functions for REAL
  *   MHA_CLONES        (optional) a function attribute for the compute-bound row/range
  *                     helpers, e.g. target_clones for a wider instruction set
@@ -84,10 +87,12 @@ void FN(colsum_acc)(REAL *dst, const REAL *src, int N, int C) {
  *    Weights that would need more (OC <= 12 and OC x IC <= ~10^4: a classifier head) are
  *    multiplied row by row with GEMV, every row the same call whatever the batch.
  *  - Its AVX2 kernels (Haswell, Zen) give a row other bits at another position in a 12-row
- *    tile. On those CPUs the float forward runs on our own product instead (LINEAR_FORWARD_OWN:
- *    linear_f32.c, gemm_f32.c), the same FMA chain for every row. Here, without it, only the
- *    thread count is kept out: row blocks start at multiples of MHA_LINEAR_ALIGN rows, so a
- *    row keeps its position in the tiles on any thread count. */
+ *    tile. On every x86-64 CPU with AVX2 and FMA the float forward runs on our own product
+ *    instead (LINEAR_FORWARD_OWN: linear_f32.c, gemm_f32.c; faster than OpenBLAS's AVX-512
+ *    kernels too), the same FMA chain for every row; so this code runs elsewhere, and in the
+ *    tests that force OpenBLAS. Here, without it, only the thread count is kept out: row
+ *    blocks start at multiples of MHA_LINEAR_ALIGN rows, so a row keeps its position in the
+ *    tiles on any thread count. */
 static int FN(linear_min_rows)(int IC, int OC) {
     if (IC < 32) return 1;
     const long by_count = 1200 / OC + 1;                                      /* OC x rows > 1200 */
@@ -185,21 +190,30 @@ void FN(linear_backward)(REAL *dinp, REAL *dw, REAL *dbias, const REAL *dout,
     const int par = (size_t)N * IC * OC >= MHA_GEMM_PAR_MIN;
     const int nbx = dinp ? (par ? (N + MHA_DINP_BLOCK_ROWS - 1) / MHA_DINP_BLOCK_ROWS : 1) : 0;
     const int nbw = dw ? (par ? (OC + MHA_DW_BLOCK_ROWS - 1) / MHA_DW_BLOCK_ROWS : 1) : 0;
+#ifdef LINEAR_DINP_PACK
+    const void *packed_wt = dinp ? LINEAR_DINP_PACK(w, IC, OC, par) : NULL;   /* NULL: dinp through GEMM */
+#endif
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int task = 0; task < nbx + nbw; task++) {
         int lo, hi;
         if (task < nbx) {
             /* dinp (N, IC) (+)= dout (N, OC) @ w (OC, IC); beta 0: dinp is not read */
             mha_split_rows(N, task, nbx, MHA_DINP_BLOCK_ROWS, &lo, &hi);
-            if (hi > lo)
-                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1, dout + (size_t)lo * OC, OC,
-                     w, IC, dinp_accumulate ? 1 : 0, dinp + (size_t)lo * IC, IC);
+            if (hi <= lo) continue;
+#ifdef LINEAR_DINP_PACK
+            if (packed_wt) {
+                LINEAR_DINP_ROWS(dinp, dout, packed_wt, lo, hi, IC, OC, dinp_accumulate);
+                continue;
+            }
+#endif
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1, dout + (size_t)lo * OC, OC, w, IC,
+                 dinp_accumulate ? 1 : 0, dinp + (size_t)lo * IC, IC);
         } else {
             /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
             mha_split_rows(OC, task - nbx, nbw, MHA_DW_BLOCK_ROWS, &lo, &hi);
-            if (hi > lo)
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1, dout + lo, OC, inp, IC, 1,
-                     dw + (size_t)lo * IC, IC);
+            if (hi <= lo) continue;
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1, dout + lo, OC, inp, IC, 1,
+                 dw + (size_t)lo * IC, IC);
         }
     }
     /* dbias (OC) += column sums of dout */

@@ -1,7 +1,7 @@
-/* kernels/cpu/linear_f32.c: the fp32 linear layer's forward pass on our own product
- * (gemm_f32.c) where that kernel runs (mha_f32_gemm_fast: AVX2 + FMA CPUs whose OpenBLAS
- * kernels are not the AVX-512 ones). layers_impl.h's mha_linear_forward_post_f32 calls it
- * first and does the product through OpenBLAS when it declines.
+/* kernels/cpu/linear_f32.c: the fp32 linear layer's forward pass, and its backward's dinp, on
+ * our own product (gemm_f32.c) where that kernel runs (mha_f32_gemm_fast: x86-64 CPUs with AVX2
+ * and FMA). layers_impl.h's mha_linear_forward_post_f32 and mha_linear_backward_f32 call these
+ * first and do the products through OpenBLAS when they decline.
  *
  * Threading as in linear_bf16.c: the weights are packed once per call, one panel per OpenMP
  * task (or, while they are promised fixed, once for the process: packed_cache.h); then the
@@ -38,11 +38,33 @@ int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, co
         mha_split_rows(N, blk, nb, MHA_F32_MR, &n0, &n1);
         if (n1 <= n0) continue;
         mha_f32_gemm_nt(n1 - n0, OC, IC, inp + (size_t)n0 * IC, (size_t)IC, wp, bias, out + (size_t)n0 * OC,
-                        (size_t)OC);
+                        (size_t)OC, 0);
         /* the block is still in cache */
         const size_t first = (size_t)n0 * OC;
         mha_linear_post_f32(out + first, pre ? pre + first : NULL, residual ? residual + first : NULL,
                             (size_t)(n1 - n0) * OC, act, p_drop, seed, first);
     }
     return 1;
+}
+
+/* The backward's packed w^T: one per calling thread, taken before the op's parallel region
+ * and shared by its threads through a local pointer (per thread so that host threads may run
+ * ops at once, as in linear_bf16.c). */
+static _Thread_local MhaThreadBuffer tl_packed_wt;
+
+const void *mha_linear_dinp_pack_f32(const float *w, int IC, int OC, int par) {
+    if (!mha_f32_gemm_wide() || IC <= 0 || OC <= 0) return NULL;
+    float *wt = mha_thread_buffer_get(&tl_packed_wt, mha_f32_packed_w_elems(IC, OC) * sizeof(float),
+                                      "the linear backward's packed weights");
+    enum { ROWS = 64 };   /* rows of w per task */
+#pragma omp parallel for schedule(dynamic, 1) if (par && OC > ROWS)
+    for (int k0 = 0; k0 < OC; k0 += ROWS) mha_f32_pack_wt(wt, w, OC, IC, k0, k0 + ROWS < OC ? k0 + ROWS : OC);
+    return wt;
+}
+
+void mha_linear_dinp_rows_f32(float *dinp, const float *dout, const void *packed_wt, int n0, int n1, int IC, int OC,
+                              int accumulate) {
+    /* dinp rows [n0, n1) (IC each) (+)= dout rows (OC each) @ w (OC, IC), as x @ wt^T */
+    mha_f32_gemm_nt(n1 - n0, IC, OC, dout + (size_t)n0 * OC, (size_t)OC, packed_wt, NULL, dinp + (size_t)n0 * IC,
+                    (size_t)IC, accumulate);
 }

@@ -754,18 +754,15 @@ static void test_memory_and_expf(void) {
 }
 
 /* Our fp32 product (gemm_f32.c), every element bit for bit the scalar chain it promises:
- * fmaf over k in order from 0, then + bias. Shapes on both sides of its micro-tile (6 rows x
- * 16 columns) and depth block (256), rows and outputs with a stride wider than the matrix
- * (the cells between are never written), y poisoned with NaN first; M = 0 and OC = 0 leave y
- * alone, IC = 0 gives the bias. */
-static void test_gemm_f32(void) {
-    if (!mha_f32_gemm_cpu_supported()) {
-        printf("gemm_f32: skipped (this CPU has no AVX2 and FMA)\n");
-        return;
-    }
-    const int Ms[] = {1, 2, 5, 6, 7, 13, 97}, OCs[] = {1, 7, 15, 16, 17, 33, 40}, ICs[] = {1, 3, 255, 256, 257, 600};
+ * fmaf over k in order from 0, then + bias. Shapes on both sides of its micro-tiles (6 rows x
+ * 16 columns in AVX2, 12 x 32 in AVX-512) and depth block (256), rows and outputs with a stride wider than the matrix
+ * (the cells between are never written), y poisoned with NaN first (or, accumulating, random
+ * values); M = 0 and OC = 0 leave y alone, IC = 0 gives the bias. */
+static void test_gemm_f32_on(const char *isa) {
+    const int Ms[] = {1, 2, 5, 6, 7, 11, 12, 13, 97}, OCs[] = {1, 7, 15, 16, 17, 32, 33, 40, 48};
+    const int ICs[] = {1, 3, 255, 256, 257, 600};
     const int GAP = 3;   /* extra floats per row of x and y */
-    int bad = 0, outside = 0, cases = 0;
+    int bad = 0, outside = 0, cases = 0, bad_wt = 0;
     for (size_t ki = 0; ki < sizeof ICs / sizeof ICs[0]; ki++)
         for (size_t oi = 0; oi < sizeof OCs / sizeof OCs[0]; oi++)
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -778,38 +775,69 @@ static void test_gemm_f32(void) {
                 for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = (float)(2 * mha_rng_uniform(99, i) - 1);
                 for (int i = 0; i < OC; i++) b[i] = (float)(2 * mha_rng_uniform(100, (uint64_t)i) - 1);
                 mha_f32_pack_w(wp, w, OC, IC, 0, mha_f32_panels(OC));
-                for (int with_bias = 0; with_bias < 2; with_bias++) {
-                    for (size_t i = 0; i < (size_t)M * ldy; i++) y[i] = NAN;
-                    mha_f32_gemm_nt(M, OC, IC, x, ldx, wp, with_bias ? b : NULL, y, ldy);
+                /* the transposed packing (the backward's dinp) is the packing of the transpose */
+                float *wt = malloc((size_t)OC * IC * sizeof *wt);
+                float *wtp = mha_cpu_aligned_alloc(mha_f32_packed_w_elems(IC, OC) * sizeof(float));
+                float *wtp_ref = mha_cpu_aligned_alloc(mha_f32_packed_w_elems(IC, OC) * sizeof(float));
+                for (int c = 0; c < OC; c++)
+                    for (int k = 0; k < IC; k++) wt[(size_t)k * OC + c] = w[(size_t)c * IC + k];
+                mha_f32_pack_w(wtp_ref, wt, IC, OC, 0, mha_f32_panels(IC));
+                mha_f32_pack_wt(wtp, w, OC, IC, 0, OC / 2);   /* in two row ranges */
+                mha_f32_pack_wt(wtp, w, OC, IC, OC / 2, OC);
+                bad_wt += memcmp(wtp, wtp_ref, mha_f32_packed_w_elems(IC, OC) * sizeof(float)) != 0;
+                /* mode bit 0: with a bias; bit 1: accumulating into y's (random) values */
+                for (int mode = 0; mode < 4; mode++) {
+                    const int with_bias = mode & 1, accumulate = mode >> 1;
+                    for (size_t i = 0; i < (size_t)M * ldy; i++)
+                        y[i] = accumulate && i % ldy < (size_t)OC ? (float)(2 * mha_rng_uniform(97, i) - 1) : NAN;
+                    mha_f32_gemm_nt(M, OC, IC, x, ldx, wp, with_bias ? b : NULL, y, ldy, accumulate);
                     for (int r = 0; r < M; r++) {
                         for (int c = 0; c < OC; c++) {
-                            float acc = 0.0f;
+                            const size_t at = (size_t)r * ldy + c;
+                            float acc = accumulate ? (float)(2 * mha_rng_uniform(97, at) - 1) : 0.0f;
                             for (int k = 0; k < IC; k++) acc = fmaf(x[(size_t)r * ldx + k], w[(size_t)c * IC + k], acc);
                             if (with_bias) acc += b[c];
-                            bad += memcmp(&acc, &y[(size_t)r * ldy + c], sizeof acc) != 0;
+                            bad += memcmp(&acc, &y[at], sizeof acc) != 0;
                         }
                         for (int c = OC; c < OC + GAP; c++) outside += !isnan(y[(size_t)r * ldy + c]);
                     }
                     cases++;
                 }
-                free(x), free(w), free(b), free(y), free(wp);
+                free(x), free(w), free(b), free(y), free(wp), free(wt), free(wtp), free(wtp_ref);
             }
     char what[128];
-    snprintf(what, sizeof what, "gemm_f32: every element = fmaf chain over k, + bias (%d products, %d differ)",
-             cases, bad);
+    snprintf(what, sizeof what,
+             "gemm_f32 (%s): every element = fmaf chain over k (from 0, or from y's value), + bias (%d products, %d differ)",
+             isa, cases, bad);
     test_expect(what, bad == 0);
-    test_expect("gemm_f32: nothing written between rows (ldy > OC)", outside == 0);
+    snprintf(what, sizeof what, "gemm_f32 (%s): mha_f32_pack_wt(w) = mha_f32_pack_w(w^T)", isa);
+    test_expect(what, bad_wt == 0);
+    snprintf(what, sizeof what, "gemm_f32 (%s): nothing written between rows (ldy > OC)", isa);
+    test_expect(what, outside == 0);
     float y[6] = {NAN, NAN, NAN, NAN, NAN, NAN}, x[2] = {1, 2}, b[3] = {1, 2, 3};
     float *wp = mha_cpu_aligned_alloc(mha_f32_packed_w_elems(3, 2) * sizeof(float));
     mha_f32_pack_w(wp, x, 1, 2, 0, 1);
-    mha_f32_gemm_nt(0, 3, 2, x, 2, wp, b, y, 3);
-    mha_f32_gemm_nt(2, 0, 2, x, 2, wp, b, y, 3);
+    mha_f32_gemm_nt(0, 3, 2, x, 2, wp, b, y, 3, 0);
+    mha_f32_gemm_nt(2, 0, 2, x, 2, wp, b, y, 3, 0);
     int alone = 1;
     for (int i = 0; i < 6; i++) alone &= isnan(y[i]) != 0;
-    mha_f32_gemm_nt(2, 3, 0, x, 0, wp, b, y, 3);
-    test_expect("gemm_f32: M = 0 / OC = 0 leave y alone, IC = 0 gives the bias",
-                alone && y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 1 && y[4] == 2 && y[5] == 3);
+    mha_f32_gemm_nt(2, 3, 0, x, 0, wp, b, y, 3, 0);
+    snprintf(what, sizeof what, "gemm_f32 (%s): M = 0 / OC = 0 leave y alone, IC = 0 gives the bias", isa);
+    test_expect(what, alone && y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 1 && y[4] == 2 && y[5] == 3);
     free(wp);
+}
+
+/* test_gemm_f32_on with the AVX-512 tiles (where the CPU has them), then the AVX2 ones */
+static void test_gemm_f32(void) {
+    if (!mha_f32_gemm_cpu_supported()) {
+        printf("gemm_f32: skipped (this CPU has no AVX2 and FMA)\n");
+        return;
+    }
+    if (mha_f32_gemm_wide()) test_gemm_f32_on("AVX-512");
+    else printf("gemm_f32 on AVX-512 tiles: skipped (this CPU has no AVX-512)\n");
+    mha_f32_gemm_force_avx2(1);
+    test_gemm_f32_on("AVX2");
+    mha_f32_gemm_force_avx2(0);
 }
 
 /* The packed weights of the fp32 product of our own and of the bf16 one (linear_f32.c,

@@ -5,7 +5,7 @@
  *    two architectures (pre-LN, fused attention, GELU, mean pooling; post-LN, materialising
  *    attention, ReLU, max pooling). One batch at a time with ops on 3 threads gives those
  *    bits too, and so do batches of 1 (each example alone) and of 7: an example's output does
- *    not depend on the examples batched with it (fp32: with OpenBLAS's AVX-512 kernels, see
+ *    not depend on the examples batched with it (fp32: on x86-64 with AVX2 and FMA, see
  *    mha_f32_rows_batch_invariant and layers_impl.h);
  *  - after the parameters change, the workers run the new ones (replicas read the model's);
  *  - the same with batches capped at 400 tokens (evaluate_set_max_tokens, as mha-predict
@@ -152,8 +152,8 @@ static void test_same_bits(int precision, int variant) {
             check_same(&r, &ref, what);
             run_free(&r);
         }
-        /* batch invariance: each example alone, and in batches of 7 on workers (fp32: with
-         * OpenBLAS's AVX-512 kernels only, see mha_f32_rows_batch_invariant) */
+        /* batch invariance: each example alone, and in batches of 7 on workers (fp32: where
+         * mha_f32_rows_batch_invariant says so) */
         const int batches[2] = {1, 7};
         const int invariant = precision != FP32 || mha_f32_rows_batch_invariant();
         if (!invariant && round == 0)
