@@ -2,13 +2,15 @@
  * or AVX-512 tiles, and of the backward's dinp on the AVX-512 ones (see gemm_f32.h for why, the
  * function computed and the packed layout).
  *
- * A micro-tile of MHA_F32_MR (6) rows x MHA_F32_NR (16) columns of y lives in 12 ymm
+ * AVX2: a micro-tile of MHA_F32_MR (6) rows x MHA_F32_NR (16) columns of y lives in 12 ymm
  * accumulators; per k it loads the panel's 16 weights (two vectors) and broadcasts x[r][k]
- * of each row into one FMA per vector. Rows past a multiple of 6 run the same code with fewer
- * rows, columns past OC are zero weights whose sums are never stored, and the depth is cut
- * into blocks of KC whose partial sums go through y unchanged (a float stored and loaded), so
- * an element's value is always fma(x[r][IC-1], w[c][IC-1], ... fma(x[r][0], w[c][0], 0)) +
- * bias[c], whatever M, the row's place and the caller's row blocks. */
+ * of each row into one FMA per vector. AVX-512: MHA_F32_WIDE_MR (12) rows x two panels (32
+ * columns) in 24 zmm accumulators, the same way. Rows past a multiple of the tile's run the
+ * same code with fewer rows, columns past OC are zero weights whose sums are never stored, and
+ * the depth is cut into blocks of KC whose partial sums go through y unchanged (a float stored
+ * and loaded), so an element's value is always fma(x[r][IC-1], w[c][IC-1], ... fma(x[r][0],
+ * w[c][0], y0)) + bias[c], with y0 = 0 (or, accumulating, y's value before the call),
+ * whatever M, the row's place, the caller's row blocks and the tile width. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -52,7 +54,7 @@ static int narrow_only;   /* mha_f32_gemm_force_avx2 */
 
 int mha_f32_gemm_wide_supported(void) {
 #ifdef MHA_CPU_X86
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") != 0;
 #else
     return 0;
 #endif
@@ -184,7 +186,7 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
 /* ------------------------------------------------------------------ AVX-512 */
 
 #define WIDE_TARGET __attribute__((target("avx512f")))
-enum { WIDE_MR = 12 };   /* rows per AVX-512 micro-tile: 12 x 32 columns in 24 zmm accumulators */
+enum { WIDE_MR = MHA_F32_WIDE_MR };   /* 12 rows x 32 columns in 24 zmm accumulators */
 
 /* Lanes [0, n) of a 16-lane mask, n clamped to [0, 16]. */
 static inline __mmask16 mask_below(int n) {

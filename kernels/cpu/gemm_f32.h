@@ -8,9 +8,10 @@
  * then + bias: the same operations for a row alone, at any position of any batch, on any
  * thread. On CPUs with AVX-512 it is also faster than OpenBLAS's AVX-512 kernels (SkylakeX),
  * which keep a row's bits with the padding rule of layers_impl.h only (shopping10's fp32
- * training step on a Sapphire Rapids VM, 2 threads: +4% with the forward's products here, +6%
- * more with the backward's dinp; docs/benchmarks.md). Its dw = dout^T @ inp stays on OpenBLAS:
- * on these tiles (x read transposed, inp packed) it was 5% slower.
+ * training step on a Sapphire Rapids VM, 2 threads: +4% with the forward's products here,
+ * +6-10% in all with the backward's dinp too; docs/benchmarks.md). Its dw = dout^T @ inp stays
+ * on OpenBLAS: on these tiles (x read transposed, inp packed) the step was 5-10% slower; so do
+ * the attention's small products (OpenBLAS's small-matrix kernels, which do not pack, win there).
  *
  * Packed weights: for y (N, OC) = x (N, IC) @ w (OC, IC)^T + bias, w is packed in panels of
  * MHA_F32_NR output channels: panel p holds, for each k in order, the MHA_F32_NR floats
@@ -20,6 +21,7 @@
 #include <stddef.h>
 
 #define MHA_F32_MR 6    /* rows of y per micro-tile */
+#define MHA_F32_WIDE_MR 12   /* rows of y per AVX-512 micro-tile (two panels: 32 columns) */
 #define MHA_F32_NR 16   /* output channels per panel (two ymm vectors) */
 
 /* 1 when the fp32 linear forward runs on this kernel: the CPU has AVX2 and FMA (and

@@ -31,11 +31,12 @@ int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, co
     /* packed w: panels of 16 output channels, IC x 16 floats each (gemm_f32.h) */
     const float *wp = mha_packed_weights(w, OC, IC, mha_f32_packed_w_elems(OC, IC) * sizeof(float), pack_weights,
                                          par, 0);
-    const int nb = par ? mha_gemm_row_blocks(N, nt, MHA_F32_MR) : 1;
+    const int mr = mha_f32_gemm_wide() ? MHA_F32_WIDE_MR : MHA_F32_MR;   /* row blocks in whole micro-tiles */
+    const int nb = par ? mha_gemm_row_blocks(N, nt, mr) : 1;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int blk = 0; blk < nb; blk++) {
         int n0, n1;
-        mha_split_rows(N, blk, nb, MHA_F32_MR, &n0, &n1);
+        mha_split_rows(N, blk, nb, mr, &n0, &n1);
         if (n1 <= n0) continue;
         mha_f32_gemm_nt(n1 - n0, OC, IC, inp + (size_t)n0 * IC, (size_t)IC, wp, bias, out + (size_t)n0 * OC,
                         (size_t)OC, 0);
@@ -54,8 +55,8 @@ static _Thread_local MhaThreadBuffer tl_packed_wt;
 
 const void *mha_linear_dinp_pack_f32(const float *w, int IC, int OC, int par) {
     if (!mha_f32_gemm_wide() || IC <= 0 || OC <= 0) return NULL;
-    float *wt = mha_thread_buffer_get(&tl_packed_wt, mha_f32_packed_w_elems(IC, OC) * sizeof(float),
-                                      "the linear backward's packed weights");
+    float *wt = mha_thread_buffer_try_get(&tl_packed_wt, mha_f32_packed_w_elems(IC, OC) * sizeof(float));
+    if (!wt) return NULL;   /* out of memory: OpenBLAS, which needs none of ours */
     enum { ROWS = 64 };   /* rows of w per task */
 #pragma omp parallel for schedule(dynamic, 1) if (par && OC > ROWS)
     for (int k0 = 0; k0 < OC; k0 += ROWS) mha_f32_pack_wt(wt, w, OC, IC, k0, k0 + ROWS < OC ? k0 + ROWS : OC);
