@@ -41,7 +41,7 @@ softmax_rows_body(float *s, int lds, uint16_t *p, int n, int stride, float scale
     float mxs[SOFTMAX_ROWS], total[SOFTMAX_ROWS];
     for (int r = 0; r < R; r++) mx[r] = _mm512_set1_ps(s[(size_t)r * lds] * scale);
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         for (int r = 0; r < R; r++)
             mx[r] = _mm512_mask_max_ps(mx[r], m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), sc),
                                        mx[r]);
@@ -52,7 +52,7 @@ softmax_rows_body(float *s, int lds, uint16_t *p, int n, int stride, float scale
         sum[r] = _mm512_setzero_ps();
     }
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         for (int r = 0; r < R; r++) {
             float *sr = s + (size_t)r * lds + j;
             const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr), sc);
@@ -66,7 +66,7 @@ softmax_rows_body(float *s, int lds, uint16_t *p, int n, int stride, float scale
         inv[r] = _mm512_set1_ps(1.0f / total[r]);
     }
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         for (int r = 0; r < R; r++) {
             const __m256i h = (__m256i)_mm512_cvtneps_pbh(
                 _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + (size_t)r * lds + j), inv[r]));

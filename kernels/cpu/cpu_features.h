@@ -11,6 +11,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MHA_CPU_X86 1
 #include <cpuid.h>
+#include <immintrin.h>
 #endif
 /* The AMX kernels also need a compiler that knows the tile instructions (GCC >= 11, Clang >= 12):
  * meson defines MHA_NO_AMX when its test program does not build, and mha_cpu_amx then says 0. */
@@ -31,6 +32,13 @@ static inline int mha_cpu_avx512(void) {
     return 0;
 #endif
 }
+
+#ifdef MHA_CPU_X86
+/* Lanes [0, n) of a 16-lane AVX-512 mask, n clamped to [0, 16] (the tail of a row). */
+static inline __mmask16 mha_mask16(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+#endif
 
 /* ... and vdpbf16ps (gemm_bf16.c). */
 static inline int mha_cpu_avx512_bf16(void) {

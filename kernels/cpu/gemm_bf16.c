@@ -74,14 +74,9 @@ static inline float b_at(const float *b, int ldb, int trans, int k, int n) {
 #ifdef MHA_CPU_X86
 static void pack_b_trans_fast(uint16_t *dst, const float *b, int ldb, int K, int n0, int nr);
 
-/* The first n of 16 lanes (n <= 0: none, n >= 16: all). */
-static inline __mmask16 first_mask(int n) {
-    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
-}
-
 /* 32 floats (src[0..31], `valid` of them real) -> 16 pair dwords (round to nearest even). */
 FAST_TARGET static inline __m512i pairs_of_row(const float *src, int valid) {
-    const __mmask16 lo = first_mask(valid), hi = first_mask(valid - 16);
+    const __mmask16 lo = mha_mask16(valid), hi = mha_mask16(valid - 16);
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + 16), _mm512_maskz_loadu_ps(lo, src));
 }
 
@@ -103,7 +98,7 @@ FAST_TARGET static void pack_b_rows_fast(uint16_t *dst, const float *b, int ldb,
         const float *r1 = 2 * kk + 1 < K ? r0 + ldb : NULL;
         for (int h = 0; h < MHA_BF16_NR; h += 16)
             _mm512_store_si512((void *)(dst + (size_t)kk * 2 * MHA_BF16_NR + 2 * h),
-                               pairs_of_two_rows(r0 + h, r1 ? r1 + h : NULL, first_mask(nr - h)));
+                               pairs_of_two_rows(r0 + h, r1 ? r1 + h : NULL, mha_mask16(nr - h)));
     }
 }
 #endif
@@ -176,7 +171,7 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
             const float *src = a + (size_t)m * lda + k0;
             uint32_t *d = d32 + (size_t)m * kl2;
             for (int kk = 0; kk < kl2; kk += 16)
-                _mm512_mask_storeu_epi32(d + kk, first_mask(kl2 - kk), pairs_of_row(src + 2 * kk, K - k0 - 2 * kk));
+                _mm512_mask_storeu_epi32(d + kk, mha_mask16(kl2 - kk), pairs_of_row(src + 2 * kk, K - k0 - 2 * kk));
         }
         return;
     }
@@ -184,7 +179,7 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
      * consecutive m at one kk; 16 kk of them are transposed through a buffer into rows. */
     for (int m0 = 0; m0 < M; m0 += 16) {
         const int mn = M - m0 < 16 ? M - m0 : 16;
-        const __mmask16 mm = first_mask(mn);
+        const __mmask16 mm = mha_mask16(mn);
         /* running sums of rows m0..m0+15, continued from the previous depth blocks */
         __m512d s_lo = sums ? _mm512_maskz_loadu_pd((__mmask8)mm, sums + m0) : _mm512_setzero_pd();
         __m512d s_hi = sums ? _mm512_maskz_loadu_pd((__mmask8)(mm >> 8), sums + m0 + 8) : _mm512_setzero_pd();
@@ -216,7 +211,7 @@ FAST_TARGET static void pack_a_fast(uint16_t *dst, const float *a, int lda, int 
             }
             transpose16(t);                         /* now t[m]: row m's 16 kk dwords */
             for (int m = 0; m < mn; m++)
-                _mm512_mask_storeu_epi32(d32 + (size_t)(m0 + m) * kl2 + kk0, first_mask(kn), t[m]);
+                _mm512_mask_storeu_epi32(d32 + (size_t)(m0 + m) * kl2 + kk0, mha_mask16(kn), t[m]);
         }
         if (sums) {
             _mm512_mask_storeu_pd(sums + m0, (__mmask8)mm, s_lo);
@@ -316,8 +311,7 @@ FAST_TARGET static void kernel_fast(const uint16_t *a, int as2, const uint16_t *
             acc1[m] = _mm512_dpbf16_ps(acc1[m], av, b1);
         }
     }
-    const __mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    const __mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : (nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0);
+    const __mmask16 k0 = mha_mask16(nr), k1 = mha_mask16(nr - 16);
     const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
     const __m512 bias1 = bias && k1 ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -380,7 +374,7 @@ AMX_TARGET static void kernel_amx(const uint16_t *a, size_t a_bytes, const uint1
     }
     _tile_stored(0, &acc[0][0], sizeof acc[0]);
     _tile_stored(1, &acc[0][16], sizeof acc[0]);
-    const __mmask16 k0 = first_mask(nr), k1 = first_mask(nr - 16);
+    const __mmask16 k0 = mha_mask16(nr), k1 = mha_mask16(nr - 16);
     const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(k0, bias) : _mm512_setzero_ps();
     const __m512 bias1 = bias && k1 ? _mm512_maskz_loadu_ps(k1, bias + 16) : _mm512_setzero_ps();
     for (int m = 0; m < mr; m++) {

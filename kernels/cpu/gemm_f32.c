@@ -52,13 +52,7 @@ int mha_f32_gemm_cpu_supported(void) {
 
 static int narrow_only;   /* mha_f32_gemm_force_avx2 */
 
-int mha_f32_gemm_wide_supported(void) {
-#ifdef MHA_CPU_X86
-    return __builtin_cpu_supports("avx512f") != 0;
-#else
-    return 0;
-#endif
-}
+int mha_f32_gemm_wide_supported(void) { return mha_cpu_avx512(); }
 
 void mha_f32_gemm_force_avx2(int on) { narrow_only = on; }
 
@@ -188,11 +182,6 @@ static inline __attribute__((always_inline)) FAST_TARGET void tile(const int R, 
 #define WIDE_TARGET __attribute__((target("avx512f")))
 enum { WIDE_MR = MHA_F32_WIDE_MR };   /* 12 rows x 32 columns in 24 zmm accumulators */
 
-/* Lanes [0, n) of a 16-lane mask, n clamped to [0, 16]. */
-static inline __mmask16 mask_below(int n) {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-}
-
 /* tile() with zmm vectors over NP (1 or 2) panels side by side: rows [0, R) of y += x (R, kc)
  * @ the panels' depth block (b0 and b1 = b0 + IC * 16, both kc x 16), over the first ncols
  * (1..16 * NP) columns. Each element gets the same fmaf chain as in tile(), so both kernels
@@ -206,7 +195,7 @@ static inline __attribute__((always_inline)) WIDE_TARGET void wide_tile(const in
     /* the second panel's columns are touched only when there are some (no pointer past y's or
      * the bias's end is formed) */
     const int upper = NP == 2 && ncols > 16;
-    const __mmask16 mlo = mask_below(ncols), mhi = mask_below(ncols - 16);
+    const __mmask16 mlo = mha_mask16(ncols), mhi = mha_mask16(ncols - 16);
 #define WACC_DECLARE(r) __m512 lo##r = _mm512_setzero_ps(), hi##r = _mm512_setzero_ps();
     WIDE_ROW_EACH(WACC_DECLARE)
 #define WACC_LOAD(r)                                                        \

@@ -68,15 +68,11 @@ static float quantize_row_portable(uint8_t *xu, const float *x, int K) {
 }
 
 #ifdef MHA_CPU_X86
-static inline __mmask16 first_mask(int n) {
-    return n >= 16 ? (__mmask16)0xffff : (n > 0 ? (__mmask16)((1u << n) - 1) : 0);
-}
-
 /* The same function, 16 lanes at a time (cvtps rounds to nearest even, as lrintf does). */
 FAST_TARGET static float quantize_row_fast(uint8_t *xu, const float *x, int K) {
     __m512 mx = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 16)
-        mx = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(first_mask(K - k), x + k)), mx);
+        mx = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(mha_mask16(K - k), x + k)), mx);
     const float mxs = _mm512_reduce_max_ps(mx);
     if (mxs == 0.0f) {
         memset(xu, 128, (size_t)K);
@@ -87,7 +83,7 @@ FAST_TARGET static float quantize_row_fast(uint8_t *xu, const float *x, int K) {
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     const __m512i off = _mm512_set1_epi32(128);
     for (int k = 0; k < K; k += 16) {
-        const __mmask16 m = first_mask(K - k);
+        const __mmask16 m = mha_mask16(K - k);
         __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), upv), inv);
         v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
         _mm512_mask_cvtepi32_storeu_epi8(xu + k, m, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
@@ -171,7 +167,7 @@ typedef struct {
 
 FAST_TARGET static inline RowScale row_scale(const float *sw, const int32_t *wsum, const float *bias, int nr) {
     RowScale r;
-    r.k0 = first_mask(nr), r.k1 = first_mask(nr - 16);
+    r.k0 = mha_mask16(nr), r.k1 = mha_mask16(nr - 16);
     r.corr0 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)wsum), 7);
     r.corr1 = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(wsum + 16)), 7);
     r.sw0 = _mm512_loadu_ps(sw), r.sw1 = _mm512_loadu_ps(sw + 16);

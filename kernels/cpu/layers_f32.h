@@ -32,9 +32,10 @@ int mha_linear_forward_post_f32_own(float *out, float *pre, const float *inp, co
 /* The fp32 linear backward's dinp on our own product (linear_f32.c), where it runs on the
  * AVX-512 tiles (mha_f32_gemm_wide): first w (OC, IC) packed transposed, over the OpenMP
  * threads when par, into the calling thread's buffer (valid until its next call), or NULL when
- * the product is left to OpenBLAS (also when that buffer cannot grow); then rows [n0, n1) of dinp (N, IC) (+)= dout (N, OC) @ w
- * (accumulate = 0 overwrites them). Each element is one chain of FMAs over OC in order (from its
- * old value when accumulating), whatever the rows around it and the thread count. */
+ * the product is left to OpenBLAS (also when that buffer cannot grow); then rows [n0, n1) of
+ * dinp (N, IC) (+)= dout (N, OC) @ w (accumulate = 0 overwrites them). Each element is one
+ * chain of FMAs over OC in order (from its old value when accumulating), whatever the rows
+ * around it and the thread count. */
 const void *mha_linear_dinp_pack_f32(const float *w, int IC, int OC, int par);
 void mha_linear_dinp_rows_f32(float *dinp, const float *dout, const void *packed_wt, int n0, int n1, int IC, int OC,
                               int accumulate);

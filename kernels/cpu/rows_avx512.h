@@ -27,10 +27,6 @@
 #include <immintrin.h>
 #define ROWS_TARGET __attribute__((target("avx512f")))
 
-static inline __mmask16 rows_mask(int left) {
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-}
-
 /* 16 lanes of mha_expf_degree(x, degree) (degree 7 or 5), the same operations in order. */
 ROWS_TARGET static inline __m512 rows_exp16(__m512 x, int degree) {
     const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.3f);
@@ -62,14 +58,14 @@ ROWS_TARGET static inline __m512 rows_exp16(__m512 x, int degree) {
 ROWS_TARGET static inline float mha_softmax_row_avx512(float *row, int n, int nz, float mult, int degree) {
     __m512 mx = _mm512_set1_ps(row[0]);
     for (int j = 0; j < n; j += 16) {                  /* row[j] > mx ? row[j] : mx */
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         mx = _mm512_mask_max_ps(mx, m, _mm512_maskz_loadu_ps(m, row + j), mx);
     }
     const float mxs = _mm512_reduce_max_ps(mx);
     const __m512 mxv = _mm512_set1_ps(mxs);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         __m512 e = rows_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), mxv), degree);
         _mm512_mask_storeu_ps(row + j, m, e);
         sum = _mm512_mask_add_ps(sum, m, sum, e);
@@ -77,7 +73,7 @@ ROWS_TARGET static inline float mha_softmax_row_avx512(float *row, int n, int nz
     const float s = _mm512_reduce_add_ps(sum);
     const __m512 inv = _mm512_set1_ps(mult / s);
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
     }
     if (nz > n) memset(row + n, 0, (size_t)(nz - n) * sizeof *row);
@@ -90,7 +86,7 @@ ROWS_TARGET static inline void mha_fused_bwd_row_avx512(float *sr, float *dr, in
                                                         float D, float scale, int degree) {
     const __m512 lsev = _mm512_set1_ps(lse), Dv = _mm512_set1_ps(D), sc = _mm512_set1_ps(scale);
     for (int j = 0; j < n; j += 16) {
-        const __mmask16 m = rows_mask(n - j);
+        const __mmask16 m = mha_mask16(n - j);
         __m512 p = rows_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sr + j), lsev), degree);
         __m512 d = _mm512_maskz_loadu_ps(m, dr + j);
         _mm512_mask_storeu_ps(sr + j, m, p);
