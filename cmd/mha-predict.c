@@ -1,12 +1,14 @@
 /* cmd/mha-predict.c: labels text with a trained model, or evaluates a labelled file.
  *   mha-predict --model M [FILE|-]            label<TAB>prob per input line, in order
  *   mha-predict --model M --eval FILE|- [--json] accuracy, macro-F1, per-class, confusion
+ *   mha-predict --model M --info [--json]     what the model is (cmd/model_info.c)
  * M is a checkpoint or a run's folder (resolve_model); label<TAB>text input whose columns look
  * swapped is refused (check_not_swapped, and the dataset reader for --eval).
  * Input is streamed in chunks (memory stays flat); a chunk is also cut whenever no more
  * input is ready, so interactive pipes get answers line by line (cmd/line_reader.c).
  * Exit status: 0 success, 1 runtime or data error, 2 usage error. */
 #include "cmd/line_reader.h"
+#include "cmd/model_info.h"
 #include "data/dataset.h"
 #include "data/error.h"
 #include "data/line_format.h"
@@ -38,6 +40,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: mha-predict --model M [options] [FILE|-]\n"
             "       mha-predict --model M --eval FILE|- [--json]\n"
+            "       mha-predict --model M --info [--json]\n"
             "\n"
             "Reads one text per line (plain text, or a training format whose label is ignored)\n"
             "from FILE or standard input and writes one line per input line, in order.\n"
@@ -56,7 +59,10 @@ static void usage(FILE *f) {
             "  --eval FILE        evaluate a labelled file (- for standard input): accuracy,\n"
             "                     macro-F1, per-class, confusion. Lines with a label the model\n"
             "                     was not trained on count as errors (their labels as classes)\n"
-            "  --json             with --eval: one JSON object instead of the text report\n"
+            "  --json             with --eval or --info: one JSON object instead of the text report\n"
+            "  --info             describe the model instead: classes, vocabulary, shape and\n"
+            "                     parameters, training settings, the update its parameters are\n"
+            "                     from and their dev scores (a last.mha: the run's position)\n"
             "  --batch-size N     examples per forward pass at most (default 64)\n"
             "  --batch-tokens N   padded tokens per forward pass at most (one longer text still\n"
             "                     makes a batch; 0: no cap). Default on the cpu: about 1 MiB of\n"
@@ -584,14 +590,14 @@ static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err)
 /* The command line, as parsed. */
 typedef struct {
     const char *model, *input, *eval, *format, *device, *precision, *input_format;
-    int top_k, json, batch_size, batch_tokens, threads, attention, help, version;   /* batch_tokens -1: automatic */
+    int top_k, json, batch_size, batch_tokens, threads, attention, info, help, version;   /* batch_tokens -1: automatic */
     const char *prediction_option;   /* an option that only predictions take */
 } Args;
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
 static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input-format", "--eval", "--batch-size",
                                       "--batch-tokens", "--threads", "--device", "--precision", "--json",
-                                      "--attention", "--help", "--version"};
+                                      "--attention", "--info", "--help", "--version"};
 #define N_VALUE_OPTIONS 10
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof *OPTIONS))
 /* Index of name in OPTIONS, or -1. */
@@ -632,6 +638,7 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
         if (eq) return usage_error("%s takes no value (got '%s'; give %s alone)", name, arg, name);
         if (!strcmp(name, "--json")) a->json = 1;
         else if (!strcmp(name, "--attention")) a->attention = 1;
+        else if (!strcmp(name, "--info")) a->info = 1;
         else if (!strcmp(name, "--version")) a->version = 1;
         else a->help = 1;
         return 0;
@@ -685,6 +692,9 @@ static int check_args(Args *a, int *input_format) {
         return usage_error("%s", "--precision int8 runs on the cpu only (drop --device cuda)");
     if ((*input_format = format_from_name(a->input_format)) < 0)
         return usage_error("--input-format '%s': expected auto, plain, tsv, fasttext or jsonl", a->input_format);
+    if (a->info && (a->eval || a->input || a->attention || a->prediction_option))
+        return usage_error("--info describes the model and reads no input; drop %s",
+                           a->eval ? "--eval" : a->input ? a->input : a->attention ? "--attention" : a->prediction_option);
     if (a->eval && a->input) return usage_error("--eval reads its own file; drop the extra input '%s'", a->input);
     if (a->attention && a->eval) return usage_error("%s", "--attention goes with predictions, not --eval");
     if (a->prediction_option && a->eval)
@@ -694,7 +704,8 @@ static int check_args(Args *a, int *input_format) {
                            "(give auto, tsv, fasttext or jsonl)");
     if (a->attention && a->format && strcmp(a->format, "jsonl"))
         return usage_error("--attention writes JSON Lines; drop --format %s", format);
-    if (a->json && !a->eval) return usage_error("%s", "--json goes with --eval (use --format jsonl for predictions)");
+    if (a->json && !a->eval && !a->info)
+        return usage_error("%s", "--json goes with --eval or --info (use --format jsonl for predictions)");
     a->format = a->attention ? "jsonl" : format;
     return 0;
 }
@@ -716,6 +727,12 @@ int main(int argc, char **argv) {
     format_hint_set_cli(1);   /* a line in another format: "give --input-format ..." */
     if ((rc = resolve_model(a.model, model, sizeof model, &err))) {
         fprintf(stderr, "mha-predict: error: %s\n", err.msg);
+        return rc;
+    }
+    if (a.info) {
+        if ((rc = model_info_print(model, a.json, stdout, &err)) == 0 && (fflush(stdout) != 0 || ferror(stdout)))
+            rc = mha_fail(&err, MHA_EXIT_DATA, "cannot write to standard output (%s)", strerror(errno ? errno : EIO));
+        if (rc) fprintf(stderr, "mha-predict: error: %s\n", err.msg);
         return rc;
     }
     rc = load_predictor(&p, model, a.batch_size, a.threads, a.device, a.precision, a.attention, &err);

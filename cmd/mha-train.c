@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0;
-    TrainOptions opt = {0};
+    TrainOptions opt = {.version = MHA_VERSION};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq_value = NULL, *eq = strchr(a, '=');
         char name[64];

@@ -19,7 +19,7 @@
 #endif
 
 static const char MAGIC[8] = {'M', 'H', 'A', 'C', 'K', 'P', 'T', '\n'};
-enum { TAG_CONFIG = 1, TAG_VOCAB, TAG_LABELS, TAG_PARAMS, TAG_ADAM_M, TAG_ADAM_V, TAG_STATE };
+enum { TAG_CONFIG = 1, TAG_VOCAB, TAG_LABELS, TAG_PARAMS, TAG_ADAM_M, TAG_ADAM_V, TAG_STATE, TAG_ORIGIN };
 #define HEADER_BYTES 24u
 #define SECTION_HEADER_BYTES 16u
 #define MAX_CHECKPOINT_BYTES ((uint64_t)16 << 30)
@@ -96,11 +96,12 @@ int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Che
         return mha_fail(err, MHA_EXIT_DATA, "%s: out of memory while writing the checkpoint", path);
     }
     int has_train = ck->adam_m && ck->adam_v && ck->state_json;
-    uint32_t n_sections = has_train ? 7 : 4;
+    uint32_t n_sections = (has_train ? 7 : 4) + (ck->origin_json != NULL);
     size_t pbytes = ck->n_params * sizeof(float);
     uint64_t size = HEADER_BYTES + (uint64_t)n_sections * SECTION_HEADER_BYTES + strlen(ck->config_json) +
                     vocab_len + labels_len + pbytes + 4;
     if (has_train) size += 2 * (uint64_t)pbytes + strlen(ck->state_json);
+    if (ck->origin_json) size += strlen(ck->origin_json);
 
     char tmp[512];   /* .NAME.tmp.PID, inside the folder dir_fd holds */
     snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", name, (long)getpid());
@@ -132,6 +133,7 @@ int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Che
         write_section(&w, TAG_ADAM_V, ck->adam_v, pbytes);
         write_section(&w, TAG_STATE, ck->state_json, strlen(ck->state_json));
     }
+    if (ck->origin_json) write_section(&w, TAG_ORIGIN, ck->origin_json, strlen(ck->origin_json));
     uint32_t crc = w.crc;
     write_u32(&w, crc);
     if (!w.failed && fflush(w.f) != 0) w.failed = errno;
@@ -303,8 +305,9 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
         const unsigned char *p = buf + off;
         switch (tag) {
         case TAG_CONFIG:
-        case TAG_STATE: {
-            char **dst = tag == TAG_CONFIG ? &ck->config_json : &ck->state_json;
+        case TAG_STATE:
+        case TAG_ORIGIN: {
+            char **dst = tag == TAG_CONFIG ? &ck->config_json : tag == TAG_STATE ? &ck->state_json : &ck->origin_json;
             free(*dst);
             if (!(*dst = dup_text(p, n))) { rc = mha_fail(err, MHA_EXIT_DATA, "%s: out of memory reading the checkpoint", path); goto out; }
             break;
@@ -378,5 +381,6 @@ void checkpoint_free(Checkpoint *ck) {
     free(ck->adam_m);
     free(ck->adam_v);
     free(ck->state_json);
+    free(ck->origin_json);
     memset(ck, 0, sizeof *ck);
 }

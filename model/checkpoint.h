@@ -5,7 +5,10 @@
  *   sections: u32 tag | u32 zero | u64 payload bytes | payload
  *   u32 CRC-32 of every byte before it.
  * Sections: CONFIG (resolved config, JSON), VOCAB, LABELS, PARAMS (f32), and in last.mha
- * also ADAM_M, ADAM_V (f32) and STATE (JSON: step, epoch, data position, best metric...).
+ * also ADAM_M, ADAM_V (f32) and STATE (JSON: step, epoch, data position, best metric...);
+ * optionally ORIGIN last (JSON: the mha that wrote the file, the update the parameters are
+ * from, for a model chosen on dev its epoch and dev scores; mha-predict --info shows it).
+ * Readers skip sections they do not know, so older ones read files with an ORIGIN.
  * Writes go to a temporary file in the same folder, are flushed to disk and renamed
  * into place, so a crash never leaves a half-written checkpoint under the real name.
  * The loader checks every size against the file before it allocates or reads. */
@@ -27,6 +30,7 @@ typedef struct {
     float *params;  size_t n_params;
     float *adam_m, *adam_v; /* NULL in model-only checkpoints; n_params floats each */
     char *state_json;       /* NULL in model-only checkpoints */
+    char *origin_json;      /* NULL: no ORIGIN section (files from before it, or none given) */
 } Checkpoint;
 
 /* Writes ck to path (through .NAME.tmp.PID in the same folder, renamed into place). */

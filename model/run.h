@@ -15,6 +15,7 @@
 /* Everything a run holds, so helpers can take one pointer. */
 typedef struct {
     Config *cfg;
+    const char *written_by;               /* the mha version for checkpoints' ORIGIN, or NULL */
     const Backend *be;
     Vocab *vocab;
     LabelMap labels;

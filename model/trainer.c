@@ -69,13 +69,40 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, MhaError *err) {
+/* A checkpoint's ORIGIN section (checkpoint.h): the mha that wrote it and the update its
+ * parameters are from; for a model chosen on dev, the epoch (1-based, as in metrics.jsonl) and
+ * its dev scores. NULL when out of memory: the section is then left out. */
+static char *origin_json(const Run *r, long update, int epoch, const Metrics *dev) {
+    cJSON *o = cJSON_CreateObject(), *d = NULL;
+    if (r->written_by) cJSON_AddStringToObject(o, "mha", r->written_by);
+    cJSON_AddNumberToObject(o, "update", (double)update);
+    if (dev) {
+        cJSON_AddNumberToObject(o, "epoch", epoch);
+        if ((d = cJSON_AddObjectToObject(o, "dev"))) {
+            cJSON_AddStringToObject(d, "metric", r->cfg->metric);
+            cJSON_AddNumberToObject(d, "loss", metrics_loss(dev));
+            cJSON_AddNumberToObject(d, "accuracy", metrics_accuracy(dev));
+            cJSON_AddNumberToObject(d, "macro_f1", metrics_macro_f1(dev));
+        }
+    }
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Writes OUTPUT_DIR/name: the parameters (host_params, or the device's when NULL) with, when
+ * with_state, the optimizer state and the run's position (last.mha); a model-only file
+ * (model.mha) records in its ORIGIN the update it is from (r->best_update) and, when dev
+ * chose it, the epoch and dev scores. 0 or an exit code. */
+static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, int epoch,
+                           const Metrics *dev, MhaError *err) {
     int rc = 0;
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", r->cfg->out_dir, name);
     size_t n = r->model.lay.total, bytes = n * sizeof(float);
     Checkpoint ck = {0};
     ck.config_json = config_to_json(r->cfg);
+    ck.origin_json = origin_json(r, with_state ? r->update : r->best_update, epoch, dev);
     ck.vocab = r->vocab;
     ck.labels = r->labels;
     ck.n_params = n;
@@ -110,6 +137,7 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
 done:
     free(ck.config_json);
     free(ck.state_json);
+    free(ck.origin_json);
     free(params);
     free(m);
     free(v);
@@ -224,9 +252,9 @@ static int evaluate_dev(Run *r, int epoch, int quiet, int cancellable, int *canc
         fprintf(stderr, "dev   update %ld  loss %.4f  accuracy %.4f  macro-F1 %.4f%s\n", r->update,
                 metrics_loss(&mt), metrics_accuracy(&mt), metrics_macro_f1(&mt),
                 improved ? "  (best, saved model.mha)" : "");
+    int rc = improved ? save_checkpoint(r, "model.mha", 0, r->best_params, epoch, &mt, err) : 0;
     metrics_free(&mt);
-    if (improved) return save_checkpoint(r, "model.mha", 0, r->best_params, err);
-    return 0;
+    return rc;
 }
 
 /* Early stopping: 1 after train.patience evaluations in a row without a better dev metric, and
@@ -625,7 +653,7 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
         r->seconds_trained += now_s() - pg.t_start;
         pg.t_start = now_s();
         pg.start_update = r->update;
-        if ((rc = save_checkpoint(r, "last.mha", 1, NULL, err))) return rc;
+        if ((rc = save_checkpoint(r, "last.mha", 1, NULL, 0, NULL, err))) return rc;
     }
     if (opt->profile)   /* the ceiling on the feed-forward product at this batch size */
         profile_print_report(now_s() - loop_start, data_seconds, profiled_tokens,
@@ -633,7 +661,7 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
     if (*stop != STOP_PAUSED) return 0;
     if (tty) fputc('\n', stderr);
     r->seconds_trained += now_s() - pg.t_start;
-    if ((rc = save_checkpoint(r, "last.mha", 1, NULL, err))) return rc;
+    if ((rc = save_checkpoint(r, "last.mha", 1, NULL, 0, NULL, err))) return rc;
     fprintf(stderr, "%s at update %ld: saved %s/last.mha (continue with --resume %s/last.mha)\n",
             g_interrupted ? "interrupted" : "stopped", r->update, cfg->out_dir, cfg->out_dir);
     return g_interrupted ? 130 : 0;
@@ -651,7 +679,7 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
         r->be->to_host(r->best_params, r->model.params, pbytes);
         r->best_update = r->update;
         r->test_reported = 0;   /* (a resumed run whose model.mha was lost: its report again) */
-        if ((rc = save_checkpoint(r, "model.mha", 0, r->best_params, err))) return rc;
+        if ((rc = save_checkpoint(r, "model.mha", 0, r->best_params, 0, NULL, err))) return rc;
     } else if (r->best_update < 0) {
         /* a finished run resumed after its model.mha went missing: the best parameters are
          * gone with it; the final ones, evaluated, become the model */
@@ -660,7 +688,7 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
         r->test_reported = 0;   /* another model: its own report */
         int cancelled;
         if ((rc = evaluate_dev(r, r->epoch, quiet, 0, &cancelled, err)) ||
-            (rc = save_checkpoint(r, "last.mha", 1, NULL, err)))
+            (rc = save_checkpoint(r, "last.mha", 1, NULL, 0, NULL, err)))
             return rc;
     }
     if (r->has_dev)
@@ -679,7 +707,7 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
     r->be->to_host(final, r->model.params, pbytes);
     if ((rc = report_test(r, err))) { free(final); return rc; }
     r->test_reported = 1;
-    rc = save_checkpoint(r, "last.mha", 1, final, err);
+    rc = save_checkpoint(r, "last.mha", 1, final, 0, NULL, err);
     free(final);
     return rc;
 }
@@ -739,6 +767,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     Run r;
     memset(&r, 0, sizeof r);
     r.cfg = cfg;
+    r.written_by = opt->version;
     r.best_update = -1;
     Checkpoint resume = {0};
     int have_resume = 0, rc = 0;

@@ -15,6 +15,7 @@ typedef struct {
     int profile;               /* time every op family and print a table at the end */
     const char *const *resume_sets;   /* --set key=value with --resume (config_apply_resume_sets) */
     int n_resume_sets;
+    const char *version;       /* the mha version written into checkpoints (ORIGIN), or NULL */
 } TrainOptions;
 
 /* Runs training. Returns 0, MHA_EXIT_DATA (runtime/data error) or MHA_EXIT_USAGE with err

@@ -21,7 +21,7 @@ expect_exit 2 "--resume continues with the config stored in the checkpoint; do n
 expect_exit 2 "--format 'xml': expected tsv or jsonl" "$PREDICT" --model x --format xml
 expect_exit 2 "--eval reads its own file; drop the extra input 'b.txt'" "$PREDICT" --model x --eval a.tsv b.txt
 expect_exit 2 "--attention goes with predictions, not --eval" "$PREDICT" --model x --attention --eval a.tsv
-expect_exit 2 "--json goes with --eval \(use --format jsonl for predictions\)" "$PREDICT" --model x --json
+expect_exit 2 "--json goes with --eval or --info \(use --format jsonl for predictions\)" "$PREDICT" --model x --json
 expect_exit 2 "did you mean 'train.lr'" "$TRAIN" --config configs/demo.json --set train.lrr=1
 expect_exit 2 "train.lr" "$TRAIN" --config configs/demo.json --set train.lr=-1
 expect_exit 2 "n_heads" "$TRAIN" --config configs/demo.json --set model.n_heads=3
