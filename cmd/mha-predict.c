@@ -592,6 +592,7 @@ typedef struct {
     const char *model, *input, *eval, *format, *device, *precision, *input_format;
     int top_k, json, batch_size, batch_tokens, threads, attention, info, help, version;   /* batch_tokens -1: automatic */
     const char *prediction_option;   /* an option that only predictions take */
+    const char *run_option;          /* an option that only predictions and --eval take */
 } Args;
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
@@ -605,6 +606,8 @@ static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input
 
 /* Stores the value v of the value option `opt` (one of the first N_VALUE_OPTIONS). */
 static int set_value(Args *a, const char *opt, const char *v) {
+    if (strcmp(opt, "--model") && strcmp(opt, "--eval") && strcmp(opt, "--format") && strcmp(opt, "--top-k"))
+        a->run_option = opt;
     if (!strcmp(opt, "--model")) a->model = v;
     else if (!strcmp(opt, "--eval")) a->eval = v;
     else if (!strcmp(opt, "--device")) a->device = v;
@@ -692,9 +695,11 @@ static int check_args(Args *a, int *input_format) {
         return usage_error("%s", "--precision int8 runs on the cpu only (drop --device cuda)");
     if ((*input_format = format_from_name(a->input_format)) < 0)
         return usage_error("--input-format '%s': expected auto, plain, tsv, fasttext or jsonl", a->input_format);
-    if (a->info && (a->eval || a->input || a->attention || a->prediction_option))
-        return usage_error("--info describes the model and reads no input; drop %s",
-                           a->eval ? "--eval" : a->input ? a->input : a->attention ? "--attention" : a->prediction_option);
+    if (a->info && a->input) return usage_error("--info describes the model and reads no input; drop the input '%s'", a->input);
+    if (a->info && (a->eval || a->attention || a->prediction_option || a->run_option))
+        return usage_error("--info describes the model and runs nothing; drop %s",
+                           a->eval ? "--eval" : a->attention ? "--attention" : a->prediction_option ? a->prediction_option
+                                                                                                    : a->run_option);
     if (a->eval && a->input) return usage_error("--eval reads its own file; drop the extra input '%s'", a->input);
     if (a->attention && a->eval) return usage_error("%s", "--attention goes with predictions, not --eval");
     if (a->prediction_option && a->eval)
@@ -730,6 +735,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (a.info) {
+        errno = 0;
         if ((rc = model_info_print(model, a.json, stdout, &err)) == 0 && (fflush(stdout) != 0 || ferror(stdout)))
             rc = mha_fail(&err, MHA_EXIT_DATA, "cannot write to standard output (%s)", strerror(errno ? errno : EIO));
         if (rc) fprintf(stderr, "mha-predict: error: %s\n", err.msg);

@@ -284,6 +284,7 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err) {
                       "(retrain, or use the mha that wrote it)", path, version, CHECKPOINT_VERSION);
         goto out;
     }
+    ck->file_bytes = size;
     if (get_u64(buf + 16) != size) {
         rc = mha_fail(err, MHA_EXIT_DATA, "%s: checkpoint says it is %llu bytes but the file has %llu "
                       "(truncated or appended to)", path, (unsigned long long)get_u64(buf + 16),

@@ -31,6 +31,7 @@ typedef struct {
     float *adam_m, *adam_v; /* NULL in model-only checkpoints; n_params floats each */
     char *state_json;       /* NULL in model-only checkpoints */
     char *origin_json;      /* NULL: no ORIGIN section (files from before it, or none given) */
+    unsigned long long file_bytes;   /* checkpoint_load: the file's size (not used by saving) */
 } Checkpoint;
 
 /* Writes ck to path (through .NAME.tmp.PID in the same folder, renamed into place). */

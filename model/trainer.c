@@ -6,6 +6,7 @@
 #include "model/trainer.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
+#include "data/overlap.h"
 #include "data/utf8.h"
 #include "kernels/backend.h"
 #include "kernels/profile.h"
@@ -91,9 +92,10 @@ static char *origin_json(const Run *r, long update, int epoch, const Metrics *de
 }
 
 /* Writes OUTPUT_DIR/name: the parameters (host_params, or the device's when NULL) with, when
- * with_state, the optimizer state and the run's position (last.mha); a model-only file
- * (model.mha) records in its ORIGIN the update it is from (r->best_update) and, when dev
- * chose it, the epoch and dev scores. 0 or an exit code. */
+ * with_state, the optimizer state and the run's position (last.mha, whose ORIGIN holds the
+ * current update); a model-only file (model.mha) records in its ORIGIN the update it is from
+ * (r->best_update) and, when dev chose it (dev not NULL), the epoch and dev scores. 0 or an
+ * exit code. */
 static int save_checkpoint(Run *r, const char *name, int with_state, const float *host_params, int epoch,
                            const Metrics *dev, MhaError *err) {
     int rc = 0;
@@ -273,6 +275,16 @@ static void format_duration(char *out, size_t n, double s) {
     else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* A note when 1% or more of a dev or test set repeats training examples token for token
+ * (data/overlap.h): its scores then mix memory with generalisation. Silent when out of memory. */
+static void note_overlap(const Run *r, const char *path, const Dataset *d) {
+    Overlap o;
+    if (dataset_overlap(&r->train, d, &o) != 0 || o.shared * 100 < d->n) return;
+    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) have the tokens of a training example (%ld of "
+            "them its label too): scores on them measure what the model remembers more than how it does on new text\n",
+            path, o.shared, d->n, 100.0 * (double)o.shared / d->n, o.same_label);
+}
+
 /* Label and text swapped (a "class" per example) trains a useless model without complaint:
  * refused when more than half of the examples (and more than 20) have a label no other
  * example has. */
@@ -341,10 +353,12 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         fprintf(stderr, "mha-train: warning: %s holds the same examples as the training file %s: dev scores will "
                 "not tell how the model does on new text, nor pick the best model well (set data.dev to a held-out "
                 "file)\n", c->dev, c->train);
+    else if (r->has_dev) note_overlap(r, c->dev, &r->dev);
     if (r->has_test && dataset_fingerprint(&r->test) == r->train_fingerprint)
         fprintf(stderr, "mha-train: warning: %s holds the same examples as the training file %s: the test score "
                 "will not tell how the model does on new text (set data.test to a held-out file)\n", c->test,
                 c->train);
+    else if (r->has_test) note_overlap(r, c->test, &r->test);
     return 0;
 }
 
@@ -687,7 +701,8 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
                 "parameters, evaluated on dev, become the model\n", cfg->out_dir);
         r->test_reported = 0;   /* another model: its own report */
         int cancelled;
-        if ((rc = evaluate_dev(r, r->epoch, quiet, 0, &cancelled, err)) ||
+        /* during epoch r->epoch + 1 when it stopped inside one (train.patience), else the last */
+        if ((rc = evaluate_dev(r, r->batch_pos > 0 ? r->epoch + 1 : r->epoch, quiet, 0, &cancelled, err)) ||
             (rc = save_checkpoint(r, "last.mha", 1, NULL, 0, NULL, err)))
             return rc;
     }

@@ -4,7 +4,8 @@
 # (early stopping, with either kind of evaluation, and a resume of a run that stopped early),
 # config keys whose effect only a whole run shows (vocabulary, bucketing, truncation, the
 # learning-rate schedule, weight decay's reach, max_bad_steps), --profile (its table, and
-# updates identical to an unprofiled run's) and the progress lines of a --max-steps run.
+# updates identical to an unprofiled run's), the notes on dev sets that repeat the training
+# data (whole or in part) and the progress lines of a --max-steps run.
 source "$(dirname "$0")/lib.sh" "$@"
 field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
 records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
@@ -204,6 +205,18 @@ cmp -s "$TMP/prof/last.mha" "$TMP/plain/last.mha" || {
   --quiet >/dev/null 2>"$TMP/samedev.err" || fail "dev = train: the run failed: $(tail -2 "$TMP/samedev.err")"
 grep -q "warning: .*train.tsv holds the same examples as the training file" "$TMP/samedev.err" \
   || fail "dev = train: no warning: $(cat "$TMP/samedev.err")"
+
+# ---- a dev set repeating some training texts (10 with their label, 3 with another): a note
+# with the counts; the sample's own test set repeats none: no note
+{ head -10 data/sample/train.tsv
+  sed -n 11,13p data/sample/train.tsv | awk -F'\t' -v OFS='\t' '{ $1 = ($1 == "体育" ? "美食" : "体育"); print }'
+  cat data/sample/dev.tsv; } >"$TMP/overlap_dev.tsv"
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/overlap" --set data.dev="$TMP/overlap_dev.tsv" --max-steps 1 \
+  --quiet >/dev/null 2>"$TMP/overlap.err" || fail "dev repeating train: the run failed: $(tail -2 "$TMP/overlap.err")"
+grep -q "^mha-train: note: $TMP/overlap_dev.tsv: 13 of 133 examples (9.8%) have the tokens of a training example (10 of them its label too)" \
+  "$TMP/overlap.err" || fail "dev repeating train: no note with 13 of 133 (10 same label): $(cat "$TMP/overlap.err")"
+[ "$(grep -c "have the tokens of a training example" "$TMP/overlap.err")" = 1 ] \
+  || fail "a note on the sample's test set, which repeats no training text: $(cat "$TMP/overlap.err")"
 
 # ---- --max-steps: the progress counts to where the run stops (stderr not a terminal here),
 # and says once that the schedule is longer

@@ -3,11 +3,13 @@
  * parameter count). Invariants: a load either fails with MHA_EXIT_DATA and a message, or
  * gives a config, a vocabulary of distinct tokens (each looks up to its own id) with the
  * reserved ones first, sorted distinct labels, parameters, and training state that is
- * complete or absent, all of the sizes the file holds. */
+ * complete or absent, all of the sizes the file holds; describing it (mha-predict --info, as
+ * text and as JSON) succeeds, or fails with MHA_EXIT_DATA and a message. */
 #ifndef MHA_TESTS_FUZZ_CHECKPOINT_H
 #define MHA_TESTS_FUZZ_CHECKPOINT_H
 
 #include "fuzz_common.h"
+#include "cmd/model_info.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 
@@ -38,6 +40,12 @@ static int fuzz_checkpoint_file(const uint8_t *data, size_t size) {
         if (checkpoint_check_layout(&ck, &cfg, path, &err) != 0) FUZZ_ASSERT(err.code == MHA_EXIT_DATA);
     }
     checkpoint_free(&ck);
+    static FILE *sink;
+    if (!sink) sink = fopen("/dev/null", "w");
+    for (int json = 0; sink && json < 2; json++) {
+        err.msg[0] = '\0';
+        if (model_info_print(path, json, sink, &err) != 0) FUZZ_ASSERT(err.code == MHA_EXIT_DATA && err.msg[0]);
+    }
     return 0;
 }
 

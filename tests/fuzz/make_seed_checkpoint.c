@@ -2,7 +2,8 @@
  * a 10-token vocabulary, 2 labels) to seed the checkpoint fuzzers:
  *   make_seed_checkpoint MODEL.mha LAST.mha
  * MODEL.mha is model-only, LAST.mha has AdamW moments and training state as mha-train
- * writes them. The committed seeds in tests/fuzz/corpus/checkpoint and checkpoint_crc came from it. */
+ * writes them; both have an ORIGIN section. The committed seeds in tests/fuzz/corpus/checkpoint and
+ * checkpoint_crc came from it (model.mha and last.mha before ORIGIN existed, *_origin.mha after). */
 #include "data/vocab.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -41,12 +42,15 @@ int main(int argc, char **argv) {
     ck.labels.names = names;
     ck.params = p;
     ck.n_params = n;
+    ck.origin_json = "{\"mha\": \"0.1.0\", \"update\": 3, \"epoch\": 1, \"dev\": {\"metric\": \"accuracy\", "
+                     "\"loss\": 0.5, \"accuracy\": 0.75, \"macro_f1\": 0.7}}";
     int rc = checkpoint_save(argv[1], &ck, &err);
     if (!rc) {
         ck.adam_m = m;
         ck.adam_v = s;
         ck.state_json = "{\"update\": 3, \"epoch\": 0, \"batch_pos\": 3, \"adam_t\": 3, \"best_metric\": 0.5, "
                         "\"best_update\": 3, \"evals_since_best\": 0, \"bad_steps\": 0, \"elapsed\": 1.5}";
+        ck.origin_json = "{\"mha\": \"0.1.0\", \"update\": 3}";
         rc = checkpoint_save(argv[2], &ck, &err);
     }
     if (rc) fprintf(stderr, "make_seed_checkpoint: %s\n", err.msg);

@@ -1,0 +1,68 @@
+/* data/overlap.c: dataset_overlap (see overlap.h). The training examples are hashed (FNV-1a
+ * over their token ids), sorted by (hash, label) and kept once per distinct (tokens, label);
+ * each example of the other set then looks up its hash and compares tokens exactly, so hash
+ * collisions never count. O((n + m) log n) time, 16 bytes per training example. */
+#include "data/overlap.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t hash;
+    int32_t label, index;   /* a training example with this hash and label */
+} Key;
+
+static uint64_t tokens_hash(const Dataset *d, int i) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)(d->ids + d->offsets[i]);
+    const size_t n = (size_t)(d->offsets[i + 1] - d->offsets[i]) * sizeof *d->ids;
+    for (size_t k = 0; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull;
+    return h;
+}
+
+static int same_tokens(const Dataset *a, int i, const Dataset *b, int j) {
+    const int64_t na = a->offsets[i + 1] - a->offsets[i], nb = b->offsets[j + 1] - b->offsets[j];
+    return na == nb && memcmp(a->ids + a->offsets[i], b->ids + b->offsets[j], (size_t)na * sizeof *a->ids) == 0;
+}
+
+static int key_cmp(const void *x, const void *y) {
+    const Key *a = x, *b = y;
+    if (a->hash != b->hash) return a->hash < b->hash ? -1 : 1;
+    if (a->label != b->label) return a->label < b->label ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out) {
+    memset(out, 0, sizeof *out);
+    if (train->n <= 0 || other->n <= 0) return 0;
+    Key *keys = malloc((size_t)train->n * sizeof *keys);
+    if (!keys) return -1;
+    for (int i = 0; i < train->n; i++) keys[i] = (Key){tokens_hash(train, i), train->labels[i], i};
+    qsort(keys, (size_t)train->n, sizeof *keys, key_cmp);
+    /* once per distinct (tokens, label): many copies of one short text stay one entry */
+    int n = 0;
+    for (int i = 0; i < train->n; i++) {
+        int dup = 0;
+        for (int j = n - 1; j >= 0 && keys[j].hash == keys[i].hash && keys[j].label == keys[i].label && !dup; j--)
+            dup = same_tokens(train, keys[j].index, train, keys[i].index);
+        if (!dup) keys[n++] = keys[i];
+    }
+    for (int e = 0; e < other->n; e++) {
+        const uint64_t h = tokens_hash(other, e);
+        int lo = 0, hi = n;   /* the first key with this hash */
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (keys[mid].hash < h) lo = mid + 1;
+            else hi = mid;
+        }
+        int shared = 0, labelled = 0;
+        for (int k = lo; k < n && keys[k].hash == h; k++)
+            if (same_tokens(train, keys[k].index, other, e)) {
+                shared = 1;
+                labelled |= keys[k].label == other->labels[e];
+            }
+        out->shared += shared;
+        out->same_label += labelled;
+    }
+    free(keys);
+    return 0;
+}

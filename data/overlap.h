@@ -1,0 +1,19 @@
+/* data/overlap.h: examples of a dev or test set that repeat a training example, token for
+ * token (duplicates across the splits, as in ChnSentiCorp's standard split, where 28% of the
+ * dev and test reviews also occur in train): a model's score on them measures what it
+ * remembers more than how it does on new text. */
+#ifndef MHA_DATA_OVERLAP_H
+#define MHA_DATA_OVERLAP_H
+
+#include "data/dataset.h"
+
+typedef struct {
+    long shared;       /* examples of `other` whose token ids (untruncated) are a training example's */
+    long same_label;   /* of those, the ones with the label of such a training example */
+} Overlap;
+
+/* Counts other's examples that repeat one of train's (same token ids, so the same text as far
+ * as the vocabulary sees it). 0, or -1 when out of memory (out is then zeros). */
+int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out);
+
+#endif

@@ -1,0 +1,98 @@
+/* tests/data/test_overlap.c: dataset_overlap (data/overlap.c) against a brute-force count, on
+ * datasets built with dataset_append: exact copies with the same and with another label,
+ * prefixes and extensions (not copies), a reversed text, empty texts, many copies of one text
+ * in train (kept once); then random datasets over a 3-token alphabet, where copies are common. */
+#include <stdlib.h>
+#include "data/overlap.h"
+#include "tests/test_util.h"
+
+static void add(Dataset *d, int label, const int32_t *toks, int n) {
+    int32_t *ids = NULL;
+    MhaError err;
+    if (dataset_append(d, label, d->n + 1, n, &ids, "test", &err) != 0) {
+        fprintf(stderr, "dataset_append: %s\n", err.msg);
+        exit(1);
+    }
+    for (int i = 0; i < n; i++) ids[i] = toks[i];
+}
+
+static int same(const Dataset *a, int i, const Dataset *b, int j) {
+    int64_t n = a->offsets[i + 1] - a->offsets[i];
+    if (n != b->offsets[j + 1] - b->offsets[j]) return 0;
+    for (int64_t k = 0; k < n; k++)
+        if (a->ids[a->offsets[i] + k] != b->ids[b->offsets[j] + k]) return 0;
+    return 1;
+}
+
+/* The definition, in O(n m). */
+static Overlap brute(const Dataset *train, const Dataset *other) {
+    Overlap o = {0, 0};
+    for (int e = 0; e < other->n; e++) {
+        int shared = 0, labelled = 0;
+        for (int t = 0; t < train->n; t++)
+            if (same(train, t, other, e)) {
+                shared = 1;
+                labelled |= train->labels[t] == other->labels[e];
+            }
+        o.shared += shared;
+        o.same_label += labelled;
+    }
+    return o;
+}
+
+static void check_case(const char *what, const Dataset *train, const Dataset *other, long shared, long same_label) {
+    Overlap o, b = brute(train, other);
+    CHECK(dataset_overlap(train, other, &o) == 0, "%s: out of memory", what);
+    CHECK(o.shared == b.shared && o.same_label == b.same_label, "%s: %ld/%ld, brute force %ld/%ld", what, o.shared,
+          o.same_label, b.shared, b.same_label);
+    if (shared >= 0)
+        CHECK(o.shared == shared && o.same_label == same_label, "%s: %ld/%ld, expected %ld/%ld", what, o.shared,
+              o.same_label, shared, same_label);
+}
+
+int main(void) {
+    Dataset train = {0}, dev = {0};
+    const int32_t a[] = {5, 6, 7}, b[] = {5, 6}, c[] = {5, 6, 7, 8}, d[] = {9}, e[] = {7, 6, 5};
+    add(&train, 0, a, 3);
+    add(&train, 1, d, 1);
+    for (int i = 0; i < 1000; i++) add(&train, 2, e, 3);   /* many copies: one entry */
+    add(&train, 3, e, 3);                                   /* the same text, another label */
+    add(&dev, 0, a, 3);   /* copy, same label */
+    add(&dev, 0, (const int32_t[]){7, 6, 5, 4}, 4);   /* not a copy of e */
+    add(&dev, 1, a, 3);   /* copy, another label */
+    add(&dev, 0, b, 2);   /* a prefix: not a copy */
+    add(&dev, 0, c, 4);   /* an extension: not a copy */
+    add(&dev, 0, NULL, 0);   /* empty text */
+    add(&dev, 3, e, 3);   /* copy whose label one of the training copies has */
+    add(&dev, 0, e, 3);   /* copy with a label none has */
+    add(&dev, 1, d, 1);   /* copy, same label */
+    check_case("hand-made", &train, &dev, 5, 3);
+    Dataset empty = {0};
+    check_case("empty other", &train, &empty, 0, 0);
+    check_case("empty train", &empty, &dev, 0, 0);
+    dataset_free(&train);
+    dataset_free(&dev);
+
+    /* random texts of 1..3 tokens over {1, 2, 3}: 39 distinct texts, so most repeat */
+    srand(7);
+    for (int round = 0; round < 20; round++) {
+        Dataset tr = {0}, ot = {0};
+        int32_t t[3];
+        for (int i = 0; i < 300; i++) {
+            int n = 1 + rand() % 3;
+            for (int k = 0; k < n; k++) t[k] = 1 + rand() % 3;
+            add(&tr, rand() % 3, t, n);
+        }
+        for (int i = 0; i < 100; i++) {
+            int n = 1 + rand() % 3;
+            for (int k = 0; k < n; k++) t[k] = 1 + rand() % 3;
+            add(&ot, rand() % 3, t, n);
+        }
+        check_case("random", &tr, &ot, -1, -1);
+        dataset_free(&tr);
+        dataset_free(&ot);
+    }
+    if (test_failures) return 1;
+    printf("all checks passed\n");
+    return 0;
+}
