@@ -607,7 +607,7 @@ static const char *const OPTIONS[] = {"--model", "--top-k", "--format", "--input
 /* Stores the value v of the value option `opt` (one of the first N_VALUE_OPTIONS). */
 static int set_value(Args *a, const char *opt, const char *v) {
     if (strcmp(opt, "--model") && strcmp(opt, "--eval") && strcmp(opt, "--format") && strcmp(opt, "--top-k"))
-        a->run_option = opt;
+        a->run_option = OPTIONS[option_index(opt)];   /* (opt may be the caller's buffer) */
     if (!strcmp(opt, "--model")) a->model = v;
     else if (!strcmp(opt, "--eval")) a->eval = v;
     else if (!strcmp(opt, "--device")) a->device = v;
