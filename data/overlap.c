@@ -1,7 +1,8 @@
-/* data/overlap.c: dataset_overlap (see overlap.h). The training examples are hashed (FNV-1a
- * over their token ids), sorted by (hash, label) and kept once per distinct (tokens, label);
- * each example of the other set then looks up its hash and compares tokens exactly, so hash
- * collisions never count. O((n + m) log n) time, 16 bytes per training example. */
+/* data/overlap.c: dataset_overlap and dataset_repeats (see overlap.h). The examples are hashed
+ * (FNV-1a over their token ids) and sorted by (hash, label); for the overlap, the training
+ * examples are kept once per distinct (tokens, label) and each example of the other set looks
+ * up its hash; tokens are always compared exactly, so hash collisions never count.
+ * O((n + m) log n) time, 16 bytes per training example. */
 #include "data/overlap.h"
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +32,20 @@ static int key_cmp(const void *x, const void *y) {
     return (a->index > b->index) - (a->index < b->index);
 }
 
+/* d's examples as keys sorted by (hash, label, index), or NULL when out of memory */
+static Key *sorted_keys(const Dataset *d) {
+    Key *keys = malloc((size_t)d->n * sizeof *keys);
+    if (!keys) return NULL;
+    for (int i = 0; i < d->n; i++) keys[i] = (Key){tokens_hash(d, i), d->labels[i], i};
+    qsort(keys, (size_t)d->n, sizeof *keys, key_cmp);
+    return keys;
+}
+
 int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out) {
     memset(out, 0, sizeof *out);
     if (train->n <= 0 || other->n <= 0) return 0;
-    Key *keys = malloc((size_t)train->n * sizeof *keys);
+    Key *keys = sorted_keys(train);
     if (!keys) return -1;
-    for (int i = 0; i < train->n; i++) keys[i] = (Key){tokens_hash(train, i), train->labels[i], i};
-    qsort(keys, (size_t)train->n, sizeof *keys, key_cmp);
     /* once per distinct (tokens, label): many copies of one short text stay one entry */
     int n = 0;
     for (int i = 0; i < train->n; i++) {
@@ -64,5 +72,38 @@ int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out) {
         out->same_label += labelled;
     }
     free(keys);
+    return 0;
+}
+
+int dataset_repeats(const Dataset *d, Repeats *out) {
+    memset(out, 0, sizeof *out);
+    if (d->n <= 1) return 0;
+    Key *keys = sorted_keys(d);
+    int *reps = malloc((size_t)d->n * sizeof *reps);   /* the distinct texts of one hash: their first key */
+    char *mixed = malloc((size_t)d->n);                  /* per distinct text: seen with another label */
+    if (!keys || !reps || !mixed) {
+        free(keys), free(reps), free(mixed);
+        return -1;
+    }
+    for (int g = 0; g < d->n;) {   /* one group of equal hashes at a time, labels ascending */
+        int end = g, nr = 0;
+        while (end < d->n && keys[end].hash == keys[g].hash) end++;
+        for (int k = g; k < end; k++) {
+            int r = 0;
+            while (r < nr && !same_tokens(d, keys[reps[r]].index, d, keys[k].index)) r++;
+            if (r == nr) {   /* a text not seen before in this group */
+                reps[nr] = k;
+                mixed[nr++] = 0;
+                continue;
+            }
+            out->repeats++;
+            if (keys[k].label != keys[reps[r]].label && !mixed[r]) {
+                mixed[r] = 1;
+                out->conflicting++;
+            }
+        }
+        g = end;
+    }
+    free(keys), free(reps), free(mixed);
     return 0;
 }

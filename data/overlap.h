@@ -1,7 +1,8 @@
 /* data/overlap.h: examples of a dev or test set that repeat a training example, token for
  * token (duplicates across the splits, as in ChnSentiCorp's standard split, where 28% of the
  * dev and test reviews also occur in train): a model's score on them measures what it
- * remembers more than how it does on new text. */
+ * remembers more than how it does on new text; and repeats within one set (14% of
+ * ChnSentiCorp's training examples are copies, 24 of its texts with both labels). */
 #ifndef MHA_DATA_OVERLAP_H
 #define MHA_DATA_OVERLAP_H
 
@@ -15,5 +16,14 @@ typedef struct {
 /* Counts other's examples that repeat one of train's (same token ids, so the same text as far
  * as the vocabulary sees it). 0, or -1 when out of memory (out is then zeros). */
 int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out);
+
+typedef struct {
+    long repeats;       /* examples whose token ids are those of an earlier example of the set */
+    long conflicting;   /* distinct texts (token sequences) that occur with more than one label */
+} Repeats;
+
+/* Counts the repeated examples within d (the extra copies of each text) and the texts whose
+ * copies disagree on the label. 0, or -1 when out of memory (out is then zeros). */
+int dataset_repeats(const Dataset *d, Repeats *out);
 
 #endif

@@ -275,6 +275,19 @@ static void format_duration(char *out, size_t n, double s) {
     else snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* A note when 1% or more of the training examples repeat an earlier one token for token (they
+ * weigh double), with the texts whose copies disagree on the label. Silent when out of memory. */
+static void note_repeats(const char *path, const Dataset *d) {
+    Repeats rp;
+    if (dataset_repeats(d, &rp) != 0 || rp.repeats * 100 < d->n) return;
+    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) repeat an earlier one token for token, so "
+            "those texts weigh more in training", path, rp.repeats, d->n, 100.0 * (double)rp.repeats / d->n);
+    if (rp.conflicting)
+        fprintf(stderr, "; %ld text%s copies with different labels", rp.conflicting,
+                rp.conflicting == 1 ? " has" : "s have");
+    fputc('\n', stderr);
+}
+
 /* A note when 1% or more of a dev or test set repeats training examples token for token
  * (data/overlap.h): its scores then mix memory with generalisation. Silent when out of memory. */
 static void note_overlap(const Run *r, const char *path, const Dataset *d) {
@@ -340,6 +353,7 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
                         "classes to tell apart)", c->train, r->labels.names[0]);
     if (!resume && (rc = check_labels_not_swapped(c->train, &r->train, &r->labels, err))) return rc;
+    note_repeats(c->train, &r->train);
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
         r->has_dev = r->dev.n > 0;

@@ -5,7 +5,8 @@
 # config keys whose effect only a whole run shows (vocabulary, bucketing, truncation, the
 # learning-rate schedule, weight decay's reach, max_bad_steps), --profile (its table, and
 # updates identical to an unprofiled run's), the notes on dev sets that repeat the training
-# data (whole or in part) and the progress lines of a --max-steps run.
+# data (whole or in part) and on a training file that repeats itself, and the progress lines
+# of a --max-steps run.
 source "$(dirname "$0")/lib.sh" "$@"
 field() { sed "s/.*\"$1\":\([^,}]*\).*/\1/"; }   # field NAME: that field of each record on stdin
 records() { grep "\"type\":\"$2\"" "$1/metrics.jsonl"; }   # records DIR TYPE
@@ -217,6 +218,14 @@ grep -q "^mha-train: note: $TMP/overlap_dev.tsv: 13 of 133 examples (9.8%) have 
   "$TMP/overlap.err" || fail "dev repeating train: no note with 13 of 133 (10 same label): $(cat "$TMP/overlap.err")"
 [ "$(grep -c "have the tokens of a training example" "$TMP/overlap.err")" = 1 ] \
   || fail "a note on the sample's test set, which repeats no training text: $(cat "$TMP/overlap.err")"
+grep -q "repeat an earlier one" "$TMP/overlap.err" && fail "a note on repeats in the sample's training file, which has none"
+# ---- a training file repeating 13 of its texts, 3 of them under another label: a note
+head -10 "$TMP/overlap_dev.tsv" | cat data/sample/train.tsv - >"$TMP/repeats_train.tsv"
+sed -n 11,13p "$TMP/overlap_dev.tsv" >>"$TMP/repeats_train.tsv"
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/repeats" --set data.train="$TMP/repeats_train.tsv" --max-steps 1 \
+  --quiet >/dev/null 2>"$TMP/repeats.err" || fail "training file with repeats: the run failed: $(tail -2 "$TMP/repeats.err")"
+grep -q "^mha-train: note: $TMP/repeats_train.tsv: 13 of 667 examples (1.9%) repeat an earlier one token for token, so those texts weigh more in training; 3 texts have copies with different labels$" \
+  "$TMP/repeats.err" || fail "training file with repeats: no note with 13 of 667 (3 texts, labels differing): $(cat "$TMP/repeats.err")"
 
 # ---- --max-steps: the progress counts to where the run stops (stderr not a terminal here),
 # and says once that the schedule is longer

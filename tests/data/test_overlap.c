@@ -1,7 +1,8 @@
 /* tests/data/test_overlap.c: dataset_overlap (data/overlap.c) against a brute-force count, on
  * datasets built with dataset_append: exact copies with the same and with another label,
  * prefixes and extensions (not copies), a reversed text, empty texts, many copies of one text
- * in train (kept once); then random datasets over a 3-token alphabet, where copies are common. */
+ * in train (kept once); dataset_repeats against its brute-force definition on the same sets;
+ * then random datasets over a 3-token alphabet, where copies are common. */
 #include <stdlib.h>
 #include "data/overlap.h"
 #include "tests/test_util.h"
@@ -40,6 +41,32 @@ static Overlap brute(const Dataset *train, const Dataset *other) {
     return o;
 }
 
+/* The definition of dataset_repeats, in O(n^2). */
+static Repeats brute_repeats(const Dataset *d) {
+    Repeats r = {0, 0};
+    for (int i = 0; i < d->n; i++) {
+        int first = 1, conflict = 0;
+        for (int j = 0; j < i && first; j++) first = !same(d, j, d, i);
+        if (!first) {
+            r.repeats++;
+            continue;
+        }
+        for (int j = i + 1; j < d->n; j++) conflict |= same(d, j, d, i) && d->labels[j] != d->labels[i];
+        r.conflicting += conflict;
+    }
+    return r;
+}
+
+static void check_repeats(const char *what, const Dataset *d, long repeats, long conflicting) {
+    Repeats r, b = brute_repeats(d);
+    CHECK(dataset_repeats(d, &r) == 0, "%s: out of memory", what);
+    CHECK(r.repeats == b.repeats && r.conflicting == b.conflicting, "%s: repeats %ld/%ld, brute force %ld/%ld", what,
+          r.repeats, r.conflicting, b.repeats, b.conflicting);
+    if (repeats >= 0)
+        CHECK(r.repeats == repeats && r.conflicting == conflicting, "%s: repeats %ld/%ld, expected %ld/%ld", what,
+              r.repeats, r.conflicting, repeats, conflicting);
+}
+
 static void check_case(const char *what, const Dataset *train, const Dataset *other, long shared, long same_label) {
     Overlap o, b = brute(train, other);
     CHECK(dataset_overlap(train, other, &o) == 0, "%s: out of memory", what);
@@ -67,6 +94,8 @@ int main(void) {
     add(&dev, 0, e, 3);   /* copy with a label none has */
     add(&dev, 1, d, 1);   /* copy, same label */
     check_case("hand-made", &train, &dev, 5, 3);
+    check_repeats("hand-made train", &train, 1000, 1);   /* e: 1001 copies, labels 2 and 3 */
+    check_repeats("hand-made dev", &dev, 2, 2);          /* a twice (labels 0, 1), e twice (3, 0) */
     Dataset empty = {0};
     check_case("empty other", &train, &empty, 0, 0);
     check_case("empty train", &empty, &dev, 0, 0);
@@ -89,6 +118,7 @@ int main(void) {
             add(&ot, rand() % 3, t, n);
         }
         check_case("random", &tr, &ot, -1, -1);
+        check_repeats("random", &tr, -1, -1);
         dataset_free(&tr);
         dataset_free(&ot);
     }
