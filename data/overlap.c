@@ -12,17 +12,19 @@ typedef struct {
     int32_t label, index;   /* a training example with this hash and label */
 } Key;
 
+/* (an example without tokens never touches ids, which is NULL in a set of only such examples) */
 static uint64_t tokens_hash(const Dataset *d, int i) {
     uint64_t h = 0xcbf29ce484222325ull;
-    const unsigned char *p = (const unsigned char *)(d->ids + d->offsets[i]);
     const size_t n = (size_t)(d->offsets[i + 1] - d->offsets[i]) * sizeof *d->ids;
+    if (n == 0) return h;
+    const unsigned char *p = (const unsigned char *)(d->ids + d->offsets[i]);
     for (size_t k = 0; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull;
     return h;
 }
 
 static int same_tokens(const Dataset *a, int i, const Dataset *b, int j) {
     const int64_t na = a->offsets[i + 1] - a->offsets[i], nb = b->offsets[j + 1] - b->offsets[j];
-    return na == nb && memcmp(a->ids + a->offsets[i], b->ids + b->offsets[j], (size_t)na * sizeof *a->ids) == 0;
+    return na == nb && (na == 0 || memcmp(a->ids + a->offsets[i], b->ids + b->offsets[j], (size_t)na * sizeof *a->ids) == 0);
 }
 
 static int key_cmp(const void *x, const void *y) {
@@ -55,6 +57,7 @@ int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out) {
         if (!dup) keys[n++] = keys[i];
     }
     for (int e = 0; e < other->n; e++) {
+        if (other->offsets[e + 1] == other->offsets[e]) continue;   /* no tokens: nothing to repeat */
         const uint64_t h = tokens_hash(other, e);
         int lo = 0, hi = n;   /* the first key with this hash */
         while (lo < hi) {
@@ -89,6 +92,7 @@ int dataset_repeats(const Dataset *d, Repeats *out) {
         int end = g, nr = 0;
         while (end < d->n && keys[end].hash == keys[g].hash) end++;
         for (int k = g; k < end; k++) {
+            if (d->offsets[keys[k].index + 1] == d->offsets[keys[k].index]) continue;   /* no tokens */
             int r = 0;
             while (r < nr && !same_tokens(d, keys[reps[r]].index, d, keys[k].index)) r++;
             if (r == nr) {   /* a text not seen before in this group */

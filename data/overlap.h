@@ -14,7 +14,8 @@ typedef struct {
 } Overlap;
 
 /* Counts other's examples that repeat one of train's (same token ids, so the same text as far
- * as the vocabulary sees it). 0, or -1 when out of memory (out is then zeros). */
+ * as the vocabulary sees it; examples without tokens never count). 0, or -1 when out of
+ * memory (out is then zeros). */
 int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out);
 
 typedef struct {
@@ -22,8 +23,9 @@ typedef struct {
     long conflicting;   /* distinct texts (token sequences) that occur with more than one label */
 } Repeats;
 
-/* Counts the repeated examples within d (the extra copies of each text) and the texts whose
- * copies disagree on the label. 0, or -1 when out of memory (out is then zeros). */
+/* Counts the repeated examples within d (the extra copies of each text; examples without
+ * tokens never count) and the texts whose copies disagree on the label. 0, or -1 when out of
+ * memory (out is then zeros). */
 int dataset_repeats(const Dataset *d, Repeats *out);
 
 #endif

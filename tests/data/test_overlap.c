@@ -1,6 +1,7 @@
 /* tests/data/test_overlap.c: dataset_overlap (data/overlap.c) against a brute-force count, on
  * datasets built with dataset_append: exact copies with the same and with another label,
- * prefixes and extensions (not copies), a reversed text, empty texts, many copies of one text
+ * prefixes and extensions (not copies), a reversed text, texts without tokens (never repeats,
+ * in train and in dev), many copies of one text
  * in train (kept once); dataset_repeats against its brute-force definition on the same sets;
  * then random datasets over a 3-token alphabet, where copies are common. */
 #include <stdlib.h>
@@ -30,6 +31,7 @@ static Overlap brute(const Dataset *train, const Dataset *other) {
     Overlap o = {0, 0};
     for (int e = 0; e < other->n; e++) {
         int shared = 0, labelled = 0;
+        if (other->offsets[e + 1] == other->offsets[e]) continue;   /* no tokens: never a repeat */
         for (int t = 0; t < train->n; t++)
             if (same(train, t, other, e)) {
                 shared = 1;
@@ -46,6 +48,7 @@ static Repeats brute_repeats(const Dataset *d) {
     Repeats r = {0, 0};
     for (int i = 0; i < d->n; i++) {
         int first = 1, conflict = 0;
+        if (d->offsets[i + 1] == d->offsets[i]) continue;   /* no tokens: never a repeat */
         for (int j = 0; j < i && first; j++) first = !same(d, j, d, i);
         if (!first) {
             r.repeats++;
@@ -84,12 +87,14 @@ int main(void) {
     add(&train, 1, d, 1);
     for (int i = 0; i < 1000; i++) add(&train, 2, e, 3);   /* many copies: one entry */
     add(&train, 3, e, 3);                                   /* the same text, another label */
+    add(&train, 0, NULL, 0);                                /* no tokens (a text of format characters) */
+    add(&train, 1, NULL, 0);                                /* ... twice: not a repeat */
     add(&dev, 0, a, 3);   /* copy, same label */
     add(&dev, 0, (const int32_t[]){7, 6, 5, 4}, 4);   /* not a copy of e */
     add(&dev, 1, a, 3);   /* copy, another label */
     add(&dev, 0, b, 2);   /* a prefix: not a copy */
     add(&dev, 0, c, 4);   /* an extension: not a copy */
-    add(&dev, 0, NULL, 0);   /* empty text */
+    add(&dev, 0, NULL, 0);   /* empty text: no repeat, though train has one */
     add(&dev, 3, e, 3);   /* copy whose label one of the training copies has */
     add(&dev, 0, e, 3);   /* copy with a label none has */
     add(&dev, 1, d, 1);   /* copy, same label */

@@ -4,13 +4,15 @@
  * as mha-predict's streamed input does. Invariants: a successful read has n > 0 examples,
  * monotone offsets, ids inside the vocabulary, labels inside the sorted, distinct label map;
  * reading the same file again as a dev file gives the same examples (plus the labelled lines
- * without text, which only a training file skips); every batch holds
+ * without text, which only a training file skips), each of those with tokens a repeat of a
+ * training example with its label (data/overlap.h); every batch holds
  * lengths 1..T and ids inside the vocabulary. */
 #ifndef MHA_TESTS_FUZZ_DATASET_H
 #define MHA_TESTS_FUZZ_DATASET_H
 
 #include "data/batcher.h"
 #include "data/dataset.h"
+#include "data/overlap.h"
 #include "fuzz_common.h"
 
 static void check_dataset(const Dataset *d, int V, int K) {
@@ -58,6 +60,16 @@ static int fuzz_dataset(const uint8_t *data, size_t size, int format) {
                     FUZZ_ASSERT(dev.offsets[j + 1] == dev.offsets[j]);   /* a line without text */
                 }
             }
+            /* every example with tokens repeats a training example, with its label; within the
+             * training set, the repeats are fewer than the examples */
+            Overlap ov;
+            Repeats rp;
+            long with_tokens = 0;
+            for (int i = 0; i < d.n; i++) with_tokens += d.offsets[i + 1] > d.offsets[i];
+            if (dataset_overlap(&d, &dev, &ov) == 0)
+                FUZZ_ASSERT(ov.shared == with_tokens && ov.same_label == with_tokens);
+            if (dataset_repeats(&d, &rp) == 0)
+                FUZZ_ASSERT(rp.repeats >= 0 && rp.repeats < d.n && rp.conflicting >= 0 && rp.conflicting <= rp.repeats);
             dataset_free(&dev);
         } else {   /* only a label that occurs on lines without text alone is unknown to dev */
             FUZZ_ASSERT(d.n_no_text > 0 && strstr(err.msg, "does not occur in the training set"));
