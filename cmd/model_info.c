@@ -45,14 +45,14 @@ static void print_state(FILE *out, const cJSON *state, const Config *c, const ch
                  elapsed = number_at(state, "elapsed");
     const cJSON *reported = cJSON_GetObjectItemCaseSensitive(state, "test_reported");
     if (isnan(update) || isnan(epoch)) return;
+    const int all_epochs = epoch >= c->epochs, early = !all_epochs && c->patience > 0 && since_best >= c->patience;
     fprintf(out, "state        update %.0f, %.1f s trained: ", update, isnan(elapsed) ? 0.0 : elapsed);
-    if (epoch >= c->epochs) fprintf(out, "finished (all %d epochs)", c->epochs);
-    else if (c->patience > 0 && since_best >= c->patience)
-        fprintf(out, "finished early (train.patience) in epoch %.0f of %d", epoch + 1, c->epochs);
+    if (all_epochs) fprintf(out, "finished (all %d epochs)", c->epochs);
+    else if (early) fprintf(out, "finished early (train.patience) in epoch %.0f of %d", epoch + 1, c->epochs);
     else
         fprintf(out, "paused in epoch %.0f of %d after %.0f of its batches (mha-train --resume %s goes on)", epoch + 1,
                 c->epochs, isnan(batch) ? 0.0 : batch, path);
-    if ((epoch >= c->epochs || (c->patience > 0 && since_best >= c->patience)) && c->test[0] && !cJSON_IsTrue(reported))
+    if ((all_epochs || early) && c->test[0] && !cJSON_IsTrue(reported))
         fprintf(out, "; its test report is still due (mha-train --resume %s gives it)", path);
     /* the best is kept higher-is-better: loss negated */
     if (c->dev[0] && !isnan(best) && best_update >= 0)
@@ -102,18 +102,22 @@ static int print_json(FILE *out, const char *path, long long bytes, const Checkp
         if (!ok) cJSON_Delete(name);
     }
     const char *by = string_at(origin, "mha");
+    cJSON *by_item = by ? cJSON_CreateString(by) : cJSON_CreateNull();   /* copied before origin moves */
     cJSON *config = cJSON_Parse(ck->config_json);
-    if (o) {   /* add() frees what it cannot add; each of these is added once */
-        ok &= add(o, "path", cJSON_CreateString(path)) & add(o, "bytes", cJSON_CreateNumber((double)bytes)) &
-              add(o, "kind", cJSON_CreateString(ck->state_json ? "training state" : "model")) &
-              add(o, "written_by", by ? cJSON_CreateString(by) : cJSON_CreateNull()) &
-              add(o, "parameters", cJSON_CreateNumber((double)ck->n_params)) & add(o, "classes", classes) &
-              add(o, "vocab_size", cJSON_CreateNumber(vocab_size(ck->vocab))) &
-              add(o, "config", config ? config : cJSON_CreateNull()) &
-              add(o, "origin", origin ? origin : cJSON_CreateNull()) &
-              add(o, "state", state ? state : cJSON_CreateNull());
+    if (o) {   /* every item goes in, or add() frees it */
+        ok &= add(o, "path", cJSON_CreateString(path));
+        ok &= add(o, "bytes", cJSON_CreateNumber((double)bytes));
+        ok &= add(o, "kind", cJSON_CreateString(ck->state_json ? "training state" : "model"));
+        ok &= add(o, "written_by", by_item);
+        ok &= add(o, "parameters", cJSON_CreateNumber((double)ck->n_params));
+        ok &= add(o, "classes", classes);
+        ok &= add(o, "vocab_size", cJSON_CreateNumber(vocab_size(ck->vocab)));
+        ok &= add(o, "config", config ? config : cJSON_CreateNull());
+        ok &= add(o, "origin", origin ? origin : cJSON_CreateNull());
+        ok &= add(o, "state", state ? state : cJSON_CreateNull());
     } else {
         cJSON_Delete(classes);
+        cJSON_Delete(by_item);
         cJSON_Delete(config);
         cJSON_Delete(origin);
         cJSON_Delete(state);

@@ -276,7 +276,7 @@ static void format_duration(char *out, size_t n, double s) {
 }
 
 /* A note when 1% or more of the training examples repeat an earlier one token for token (they
- * weigh double), with the texts whose copies disagree on the label. Silent when out of memory. */
+ * weigh more), with the texts whose copies disagree on the label. Silent when out of memory. */
 static void note_repeats(const char *path, const Dataset *d) {
     Repeats rp;
     if (dataset_repeats(d, &rp) != 0 || rp.repeats * 100 < d->n) return;
