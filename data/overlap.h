@@ -18,6 +18,11 @@ typedef struct {
  * memory (out is then zeros). */
 int dataset_overlap(const Dataset *train, const Dataset *other, Overlap *out);
 
+/* 1 when count examples of n are 1% or more of them: when mha-train notes an overlap or repeats. */
+static inline int overlap_noteworthy(long count, long n) {
+    return n > 0 && count > 0 && (int64_t)count * 100 >= (int64_t)n;
+}
+
 typedef struct {
     long repeats;       /* examples whose token ids are those of an earlier example of the set */
     long conflicting;   /* distinct texts (token sequences) that occur with more than one label */

@@ -279,9 +279,11 @@ static void format_duration(char *out, size_t n, double s) {
  * weigh more), with the texts whose copies disagree on the label. Silent when out of memory. */
 static void note_repeats(const char *path, const Dataset *d) {
     Repeats rp;
-    if (dataset_repeats(d, &rp) != 0 || rp.repeats * 100 < d->n) return;
-    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) repeat an earlier one token for token, so "
-            "those texts weigh more in training", path, rp.repeats, d->n, 100.0 * (double)rp.repeats / d->n);
+    if (dataset_repeats(d, &rp) != 0 || !overlap_noteworthy(rp.repeats, d->n)) return;
+    const int one = rp.repeats == 1;
+    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) repeat%s an earlier one token for token, so "
+            "th%s weigh%s more in training", path, rp.repeats, d->n, 100.0 * (double)rp.repeats / d->n,
+            one ? "s" : "", one ? "at text" : "ose texts", one ? "s" : "");
     if (rp.conflicting)
         fprintf(stderr, "; %ld text%s copies with different labels", rp.conflicting,
                 rp.conflicting == 1 ? " has" : "s have");
@@ -292,10 +294,11 @@ static void note_repeats(const char *path, const Dataset *d) {
  * (data/overlap.h): its scores then mix memory with generalisation. Silent when out of memory. */
 static void note_overlap(const Run *r, const char *path, const Dataset *d) {
     Overlap o;
-    if (dataset_overlap(&r->train, d, &o) != 0 || o.shared * 100 < d->n) return;
-    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) have the tokens of a training example (%ld of "
-            "them its label too): scores on them measure what the model remembers more than how it does on new text\n",
-            path, o.shared, d->n, 100.0 * (double)o.shared / d->n, o.same_label);
+    if (dataset_overlap(&r->train, d, &o) != 0 || !overlap_noteworthy(o.shared, d->n)) return;
+    fprintf(stderr, "mha-train: note: %s: %ld of %d examples (%.1f%%) repeat%s a training example token for token "
+            "(%ld with its label): the scores on this file partly measure what the model remembers rather than how "
+            "it does on new text\n", path, o.shared, d->n, 100.0 * (double)o.shared / d->n, o.shared == 1 ? "s" : "",
+            o.same_label);
 }
 
 /* Label and text swapped (a "class" per example) trains a useless model without complaint:

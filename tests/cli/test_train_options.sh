@@ -214,9 +214,9 @@ grep -q "warning: .*train.tsv holds the same examples as the training file" "$TM
   cat data/sample/dev.tsv; } >"$TMP/overlap_dev.tsv"
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/overlap" --set data.dev="$TMP/overlap_dev.tsv" --max-steps 1 \
   --quiet >/dev/null 2>"$TMP/overlap.err" || fail "dev repeating train: the run failed: $(tail -2 "$TMP/overlap.err")"
-grep -q "^mha-train: note: $TMP/overlap_dev.tsv: 13 of 133 examples (9.8%) have the tokens of a training example (10 of them its label too)" \
+grep -q "^mha-train: note: $TMP/overlap_dev.tsv: 13 of 133 examples (9.8%) repeat a training example token for token (10 with its label): the scores on this file" \
   "$TMP/overlap.err" || fail "dev repeating train: no note with 13 of 133 (10 same label): $(cat "$TMP/overlap.err")"
-[ "$(grep -c "have the tokens of a training example" "$TMP/overlap.err")" = 1 ] \
+[ "$(grep -c "repeat a training example" "$TMP/overlap.err")" = 1 ] \
   || fail "a note on the sample's test set, which repeats no training text: $(cat "$TMP/overlap.err")"
 grep -q "repeat an earlier one" "$TMP/overlap.err" && fail "a note on repeats in the sample's training file, which has none"
 # ---- a training file repeating 13 of its texts, 3 of them under another label: a note

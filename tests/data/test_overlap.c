@@ -3,7 +3,9 @@
  * prefixes and extensions (not copies), a reversed text, texts without tokens (never repeats,
  * in train and in dev), many copies of one text
  * in train (kept once); dataset_repeats against its brute-force definition on the same sets;
- * then random datasets over a 3-token alphabet, where copies are common. */
+ * then random datasets over a 3-token alphabet, where copies are common; the notes' 1%
+ * threshold. Built twice: as is, and with the hash cut to 2 bits (data_overlap_collide), where
+ * distinct texts share hashes. */
 #include <stdlib.h>
 #include "data/overlap.h"
 #include "tests/test_util.h"
@@ -127,6 +129,10 @@ int main(void) {
         dataset_free(&tr);
         dataset_free(&ot);
     }
+    /* the notes' threshold: 1% or more */
+    CHECK(overlap_noteworthy(1, 100) && !overlap_noteworthy(1, 101) && !overlap_noteworthy(0, 0) &&
+              !overlap_noteworthy(0, 5) && overlap_noteworthy(2147483647L, 2147483647L),
+          "overlap_noteworthy");
     if (test_failures) return 1;
     printf("all checks passed\n");
     return 0;
