@@ -125,12 +125,7 @@ static int load_predictor(Predictor *p, const char *path, int batch_size, int th
     memset(p, 0, sizeof *p);
     p->attention = attention;
     if ((rc = checkpoint_load(path, &p->ck, err))) return rc;
-    config_defaults(&p->cfg);
-    if ((rc = config_from_json(&p->cfg, p->ck.config_json, "", err))) {
-        char inner[1800];
-        snprintf(inner, sizeof inner, "%.1700s", err->msg);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
-    }
+    if ((rc = checkpoint_config(&p->ck, &p->cfg, path, err))) return rc;
     /* the parameter count must match before a model of the stored size is allocated */
     if ((rc = checkpoint_check_layout(&p->ck, &p->cfg, path, err))) return rc;
     p->cfg.threads = threads;

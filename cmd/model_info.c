@@ -143,14 +143,7 @@ int model_info_print(const char *path, int json, FILE *out, MhaError *err) {
     Config c;
     int rc = checkpoint_load(path, &ck, err);
     if (rc) return rc;
-    config_defaults(&c);
-    if ((rc = config_from_json(&c, ck.config_json, "", err))) {
-        char inner[1800];
-        snprintf(inner, sizeof inner, "%.1700s", err->msg);
-        rc = mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
-    } else {
-        rc = checkpoint_check_layout(&ck, &c, path, err);
-    }
+    if ((rc = checkpoint_config(&ck, &c, path, err)) == 0) rc = checkpoint_check_layout(&ck, &c, path, err);
     if (rc) {
         checkpoint_free(&ck);
         return rc;

@@ -577,20 +577,14 @@ int dataset_load(const char *path, const ReadOptions *o, const Vocab *vocab,
     return dataset_load_named(path, path, o, vocab, labels, out, err);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 uint64_t dataset_fingerprint(const Dataset *d) {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = MHA_FNV1A_START;
     const int64_t n = d->n;
-    h = fnv1a(h, &n, sizeof n);
+    h = mha_fnv1a(h, &n, sizeof n);
     if (d->n <= 0) return h;
-    h = fnv1a(h, d->labels, (size_t)d->n * sizeof *d->labels);
-    h = fnv1a(h, d->offsets, (size_t)(d->n + 1) * sizeof *d->offsets);
-    return fnv1a(h, d->ids, (size_t)d->offsets[d->n] * sizeof *d->ids);
+    h = mha_fnv1a(h, d->labels, (size_t)d->n * sizeof *d->labels);
+    h = mha_fnv1a(h, d->offsets, (size_t)(d->n + 1) * sizeof *d->offsets);
+    return mha_fnv1a(h, d->ids, (size_t)d->offsets[d->n] * sizeof *d->ids);
 }
 
 void dataset_free(Dataset *d) {

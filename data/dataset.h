@@ -100,6 +100,13 @@ const char *dataset_unknown_label(const Dataset *d, int j, long *count);
 /* "'a' (12 lines), 'b' (1 line), and 3 more": the max_shown unknown labels with the most
  * lines, for messages (cut to fit cap). */
 void dataset_unknown_labels_summary(const Dataset *d, int max_shown, char *buf, size_t cap);
+/* 64-bit FNV-1a: h (start from MHA_FNV1A_START) extended by the n bytes at p (p unread when n is 0). */
+#define MHA_FNV1A_START 0xcbf29ce484222325ull
+static inline uint64_t mha_fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
 /* 64-bit FNV-1a of the examples as read (count, labels, token ids): a run stores its training
  * set's, so that --resume can tell the data changed under it. */
 uint64_t dataset_fingerprint(const Dataset *d);

@@ -20,11 +20,8 @@ typedef struct {
 
 /* (an example without tokens never touches ids, which is NULL in a set of only such examples) */
 static uint64_t tokens_hash(const Dataset *d, int i) {
-    uint64_t h = 0xcbf29ce484222325ull;
     const size_t n = (size_t)(d->offsets[i + 1] - d->offsets[i]) * sizeof *d->ids;
-    if (n == 0) return h & OVERLAP_HASH_MASK;
-    const unsigned char *p = (const unsigned char *)(d->ids + d->offsets[i]);
-    for (size_t k = 0; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull;
+    const uint64_t h = n ? mha_fnv1a(MHA_FNV1A_START, d->ids + d->offsets[i], n) : MHA_FNV1A_START;
     return h & OVERLAP_HASH_MASK;
 }
 

@@ -361,6 +361,13 @@ out:
     return rc;
 }
 
+int checkpoint_config(const Checkpoint *ck, Config *cfg, const char *path, MhaError *err) {
+    if (config_from_json(cfg, ck->config_json, "", err) == 0) return 0;
+    char inner[1800];
+    snprintf(inner, sizeof inner, "%.1700s", err->msg);
+    return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
+}
+
 int checkpoint_check_layout(const Checkpoint *ck, const Config *cfg, const char *path, MhaError *err) {
     ModelDims d;
     ParamLayout lay;

@@ -45,6 +45,9 @@ int checkpoint_load(const char *path, Checkpoint *ck, MhaError *err);
  * checkpoint's vocab and labels) has exactly ck->n_params parameters, before any model
  * memory is allocated, so a crafted config cannot make the caller allocate a model the
  * file does not hold. Returns 0 or MHA_EXIT_DATA naming path. */
+/* The config stored in ck (its CONFIG section) into cfg; one that does not parse or validate
+ * is MHA_EXIT_DATA, "PATH: the stored config is not valid (why)". */
+int checkpoint_config(const Checkpoint *ck, Config *cfg, const char *path, MhaError *err);
 int checkpoint_check_layout(const Checkpoint *ck, const Config *cfg, const char *path, MhaError *err);
 void checkpoint_free(Checkpoint *ck);
 

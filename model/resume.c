@@ -195,11 +195,9 @@ int resume_open(const char *path, long max_steps, const char *const *sets, int n
         return mha_fail(err, MHA_EXIT_USAGE, "%s: a model-only checkpoint has no training state "
                         "(resume from OUTPUT_DIR/last.mha)", path);
     }
-    if (config_from_json(cfg, resume->config_json, "", err) != 0) {
-        char inner[1800];
-        snprintf(inner, sizeof inner, "%.1700s", err->msg);
+    if ((rc = checkpoint_config(resume, cfg, path, err))) {
         checkpoint_free(resume);
-        return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
+        return rc;
     }
     if ((rc = config_apply_resume_sets(cfg, sets, n_sets, err))) {   /* train.device and the like */
         checkpoint_free(resume);
