@@ -33,8 +33,14 @@ long line_reader_next(LineReader *r, size_t max_bytes, int *truncated) {
         size_t take = nl ? (size_t)(nl - start) : r->len - r->pos;
         size_t keep = n + take > limit ? limit - n : take;
         if (n + keep + 1 > r->cap) {
+            char *grown = realloc(r->line, (n + keep + 1) * 2);
+            if (!grown) {   /* reported as a read error: the input ends here */
+                r->error = ENOMEM;
+                r->eof = 1;
+                return -1;
+            }
+            r->line = grown;
             r->cap = (n + keep + 1) * 2;
-            r->line = realloc(r->line, r->cap);
         }
         memcpy(r->line + n, start, keep);
         n += keep;
@@ -42,7 +48,10 @@ long line_reader_next(LineReader *r, size_t max_bytes, int *truncated) {
         if (nl) break;
     }
     if (!any) return -1;
-    if (!r->line) { r->cap = 1; r->line = malloc(1); }
+    if (!r->line) {
+        if (!(r->line = malloc(1))) { r->error = ENOMEM; r->eof = 1; return -1; }
+        r->cap = 1;
+    }
     *truncated = n > max_bytes;
     if (*truncated) n = utf8_cut(r->line, max_bytes);   /* line[n] then starts a character */
     r->line[n] = 0;

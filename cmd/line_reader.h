@@ -19,7 +19,8 @@ typedef struct {
 /* Next line without its newline, in r->line, keeping at most max_bytes (the rest is
  * skipped), cut at a UTF-8 character boundary as mha-train's reader cuts its text: a cut
  * inside a character would leave a partial sequence that the tokenizer then reports as
- * invalid UTF-8. Returns its length, or -1 at end of input; *truncated: it was cut. */
+ * invalid UTF-8. Returns its length, or -1 at end of input (also after a read error or when
+ * out of memory: r->error says which); *truncated: it was cut. */
 long line_reader_next(LineReader *r, size_t max_bytes, int *truncated);
 
 /* Whether the next whole line (or the end) can be read without waiting: a line begun in the

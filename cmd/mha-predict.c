@@ -391,6 +391,13 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     while ((len = line_reader_next(lr, line_max, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;
+        if (line_no == 1 && utf16_bom(line, (size_t)len)) {   /* before any answer: its 0x0A bytes are no line ends */
+            rc = mha_fail(err, MHA_EXIT_DATA,
+                          "%s: the input is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
+                          "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", name,
+                          (unsigned char)line[0], (unsigned char)line[1], lr->fd == STDIN_FILENO ? "FILE" : name);
+            break;
+        }
         if (memchr(line, 0, (size_t)len)) {   /* NUL bytes: read as spaces, counted */
             for (long k = 0; k < len; k++) if (!line[k]) line[k] = ' ';
             nul_lines++;
@@ -447,8 +454,8 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     if (c.ds.n && !write_failed && !rc) rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
-        fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces)\n", name, nul_lines,
-                lines_word(nul_lines));
+        fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces; UTF-16 text converts "
+                "with 'iconv -f UTF-16 -t UTF-8 FILE > NEW')\n", name, nul_lines, lines_word(nul_lines));
     if (unparsed_lines)
         fprintf(stderr, "mha-predict: %s: %ld of %ld %s %s not %s (first: line %ld: %s); %s read whole as "
                 "text\n", name, unparsed_lines, line_no, lines_word(line_no), was_were(unparsed_lines), format_label(format),

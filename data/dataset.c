@@ -287,8 +287,7 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
     if (len && line[len - 1] == '\r') len--;
     line[len] = '\0';
     char *s = line;
-    if (line_no == 1 && len >= 2 && ((unsigned char)s[0] == 0xFF || (unsigned char)s[0] == 0xFE) &&
-        ((unsigned char)s[1] ^ (unsigned char)s[0]) == 0x01)   /* FF FE or FE FF */
+    if (line_no == 1 && utf16_bom(s, len))
         return mha_fail(err, MHA_EXIT_DATA,
                         "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "
                         "UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", r->name,

@@ -75,4 +75,11 @@ static inline size_t utf8_bom_length(const char *s, size_t n) {
                    (unsigned char)s[2] == 0xBF ? 3 : 0;
 }
 
+/* Whether s[0..n) starts with a UTF-16 byte-order mark (FF FE or FE FF): the file is UTF-16,
+ * which a byte reader would split at every 0x0A byte. */
+static inline int utf16_bom(const char *s, size_t n) {
+    return n >= 2 && ((unsigned char)s[0] == 0xFF || (unsigned char)s[0] == 0xFE) &&
+           ((unsigned char)s[1] ^ (unsigned char)s[0]) == 0x01;
+}
+
 #endif

@@ -41,6 +41,18 @@ cat "$TMP/gbk.txt" "$TMP/gbk.txt" >>"$TMP/gbk2.txt"
 [ "$(wc -l <"$TMP/pg")" = 2 ] || fail "GBK input: expected 2 output lines"
 grep -q "gbk2.txt:1: invalid UTF-8 .*iconv -f GBK -t UTF-8" "$TMP/pg.err" && grep -q "gbk2.txt: 2 of 2 lines held invalid UTF-8" "$TMP/pg.err" \
   || fail "GBK input not reported: $(cat "$TMP/pg.err")"
+# UTF-16 (its byte-order mark on line 1): refused before any answer, from a file and from stdin
+# (read as bytes, its 0x0A bytes made more answers than lines); a NUL byte's note names iconv
+printf '今天天气很好\n真好吃\n' | iconv -f UTF-8 -t UTF-16 >"$TMP/u16.txt"
+"$PREDICT" --model "$M" "$TMP/u16.txt" >"$TMP/pu" 2>"$TMP/pu.err"; rc=$?
+[ $rc = 1 ] && [ ! -s "$TMP/pu" ] && grep -q "u16.txt: the input is UTF-16 (it starts with the byte-order mark FF FE); expected UTF-8: convert it with 'iconv -f UTF-16 -t UTF-8 $TMP/u16.txt > NEW'" "$TMP/pu.err" \
+  || fail "UTF-16 file: expected exit 1, no output and the iconv hint (rc $rc): $(cat "$TMP/pu" "$TMP/pu.err")"
+"$PREDICT" --model "$M" <"$TMP/u16.txt" >"$TMP/pu" 2>"$TMP/pu.err"; rc=$?
+[ $rc = 1 ] && [ ! -s "$TMP/pu" ] && grep -q "<stdin>: the input is UTF-16 .*'iconv -f UTF-16 -t UTF-8 FILE > NEW'" "$TMP/pu.err" \
+  || fail "UTF-16 on stdin: expected exit 1, no output and the iconv hint (rc $rc): $(cat "$TMP/pu" "$TMP/pu.err")"
+printf 'a\0b\n' | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/pn.err"
+grep -q "<stdin>: 1 line held NUL bytes (read as spaces; UTF-16 text converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW')" "$TMP/pn.err" \
+  || fail "a NUL byte: note without the UTF-16 hint: $(cat "$TMP/pn.err")"
 # --eval on bad bytes (GBK text under a UTF-8 label, a NUL byte): evaluated, and counted on stderr
 { head -3 data/sample/dev.tsv; printf '美食\t'; printf '今天天气很好\n' | iconv -f UTF-8 -t GBK;
   printf '美食\t今天\0天气\n'; } >"$TMP/bad.tsv"
