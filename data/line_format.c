@@ -248,11 +248,12 @@ static int in_list(const char *s, const char *const *list) {
 /* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论". Both columns must
  * be names, so a real class called "label" still trains. */
 int is_tsv_header(const char *label, const char *text) {
-    static const char *const label_names[] = {"label", "labels", "class", "category", "target", "y",
-                                              "tag", "sentiment", "标签", "类别", "分类", "类型", "情感", NULL};
-    static const char *const text_names[] = {"text", "texts", "sentence", "review", "content", "comment",
-                                             "doc", "document", "title", "query", "x", "文本", "内容", "评论",
-                                             "句子", "标题", "评论内容", NULL};
+    static const char *const label_names[] = {"label", "labels", "class", "category", "cat", "target", "y",
+                                              "tag", "sentiment", "polarity", "topic", "intent", "标签", "类别",
+                                              "分类", "类型", "情感", "主题", NULL};
+    static const char *const text_names[] = {"text", "texts", "text_a", "sentence", "sentence1", "review",
+                                             "content", "comment", "doc", "document", "title", "query", "x",
+                                             "文本", "内容", "评论", "句子", "标题", "评论内容", "正文", NULL};
     while (*text == ' ') text++;
     char t[32];
     size_t n = strlen(text);

@@ -304,25 +304,71 @@ static void note_overlap(const Run *r, const char *path, const Dataset *d) {
 /* Label and text swapped (a "class" per example) trains a useless model without complaint:
  * refused when more than half of the examples (and more than 20) have a label no other
  * example has. */
-static int check_labels_not_swapped(const char *path, const Dataset *d, const LabelMap *labels, MhaError *err) {
+/* A label for messages: at most 60 bytes, whole characters. */
+static int label_shown(const char *name) {
+    size_t len = strlen(name);
+    return (int)(len > 60 ? utf8_cut(name, 60) : len);
+}
+
+static int all_digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+/* The training labels. Refused when most examples have a label no other example has: the
+ * columns swapped, or a first column of ids (every label a number). Otherwise a note for the
+ * classes with a single example: a line of column names the reader did not know, or a typo. */
+static int check_labels(const char *path, const Dataset *d, const LabelMap *labels, MhaError *err) {
     int *count = calloc((size_t)labels->n, sizeof *count);
     if (!count) return mha_fail(err, MHA_EXIT_DATA, "out of memory counting labels");
     for (int i = 0; i < d->n; i++) count[d->labels[i]]++;
-    int alone = 0, eg = -1;
+    int alone = 0, numbers = 0, eg = -1;
     for (int k = 0; k < labels->n; k++)
         if (count[k] == 1) {
             alone++;
+            numbers += all_digits(labels->names[k]);
             if (eg < 0 || k == labels->n / 2) eg = k;
         }
+    if (alone > 20 && 2L * alone > d->n) {
+        free(count);
+        const char *name = labels->names[eg];
+        if (numbers == alone)
+            return mha_fail(err, MHA_EXIT_DATA,
+                            "%s: %d of %d examples have a label no other example has, each a number (e.g. "
+                            "'%.*s'): is the first column an id? (expected the label first: 'label<TAB>text'; "
+                            "'cut -f2- %s > NEW' drops a first column)", path, alone, d->n, label_shown(name),
+                            name, path);
+        return mha_fail(err, MHA_EXIT_DATA,
+                        "%s: %d of %d examples have a label no other example has (e.g. '%.*s'); are the "
+                        "label and the text swapped? (expected a short label first: 'label<TAB>text', "
+                        "'__label__LABEL text' or {\"label\": ..., \"text\": ...})", path, alone, d->n,
+                        label_shown(name), name);
+    }
+    if (alone == 1) {
+        int i = 0;
+        while (count[d->labels[i]] != 1) i++;
+        const char *name = labels->names[d->labels[i]];
+        if (i == 0)   /* the file's first example */
+            fprintf(stderr, "mha-train: note: %s:%d: the class '%.*s' has this one example: a line of column names? "
+                    "(a first line such as 'label<TAB>text' is skipped; delete the line otherwise)\n", path,
+                    d->line_no[i], label_shown(name), name);
+        else
+            fprintf(stderr, "mha-train: note: %s:%d: the class '%.*s' has this one example: too few to learn; a "
+                    "mistyped label?\n", path, d->line_no[i], label_shown(name), name);
+    } else if (alone > 1) {
+        fprintf(stderr, "mha-train: note: %s: %d classes have a single example, too few to learn (", path, alone);
+        for (int i = 0, shown = 0; i < d->n && shown < 3; i++) {
+            if (count[d->labels[i]] != 1) continue;
+            const char *name = labels->names[d->labels[i]];
+            fprintf(stderr, "%s'%.*s' on line %d", shown ? ", " : "", label_shown(name), name, d->line_no[i]);
+            shown++;
+        }
+        fprintf(stderr, "%s); mistyped labels?\n", alone > 3 ? ", ..." : "");
+    }
     free(count);
-    if (alone <= 20 || 2L * alone <= d->n) return 0;
-    const char *name = labels->names[eg];
-    size_t len = strlen(name);
-    int n = (int)(len > 60 ? utf8_cut(name, 60) : len);   /* whole characters */
-    return mha_fail(err, MHA_EXIT_DATA,
-                    "%s: %d of %d examples have a label no other example has (e.g. '%.*s'); are the "
-                    "label and the text swapped? (expected a short label first: 'label<TAB>text', "
-                    "'__label__LABEL text' or {\"label\": ..., \"text\": ...})", path, alone, d->n, n, name);
+    return 0;
 }
 
 static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
@@ -355,7 +401,7 @@ static int load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     if (r->labels.n < 2)
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
                         "classes to tell apart)", c->train, r->labels.names[0]);
-    if (!resume && (rc = check_labels_not_swapped(c->train, &r->train, &r->labels, err))) return rc;
+    if (!resume && (rc = check_labels(c->train, &r->train, &r->labels, err))) return rc;
     note_repeats(c->train, &r->train);
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;

@@ -53,11 +53,33 @@ expect_exit 1 "one.tsv: every example has the label '体育' \(expected at least
 awk -F'\t' '{print $2"\t"$1}' data/sample/train.tsv >"$TMP/swap.tsv"
 expect_exit 1 "swap.tsv: [0-9]+ of 654 examples have a label no other example has \(e.g. '.*'\); are the label and the text swapped\?" \
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/swap.tsv" --quiet
-# ... but many classes with few examples each are not refused: 20 classes twice, one once
+# a first column of ids (id<TAB>label<TAB>text): said so, with the command that drops it
+awk -F'\t' '{print NR"\t"$1"\t"$2}' data/sample/train.tsv >"$TMP/ids.tsv"
+expect_exit 1 "ids.tsv: 654 of 654 examples have a label no other example has, each a number \(e.g. '[0-9]+'\): is the first column an id\? .*'cut -f2- $TMP/ids.tsv > NEW' drops a first column" \
+  "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/ids.tsv" --quiet
+# ... but many classes with few examples each are not refused: 20 classes twice, one once,
+# which a note names (with its line)
 for k in $(seq 20); do printf 'c%d\t第%d类的例子\nc%d\t另一个第%d类\n' "$k" "$k" "$k" "$k"; done >"$TMP/few.tsv"
 printf 'c21\t只有一个\n' >>"$TMP/few.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/few.tsv" --set data.dev= --set data.test= --max-steps 1 \
   --set output.dir="$TMP/few" --quiet >/dev/null 2>"$TMP/e" || fail "21 classes in 41 examples refused: $(cat "$TMP/e")"
+grep -q "few.tsv:41: the class 'c21' has this one example: too few to learn; a mistyped label?" "$TMP/e" \
+  || fail "a class with one example: no note: $(cat "$TMP/e")"
+# a first line of column names the reader does not know becomes a class of one: a note says so
+{ printf 'cls\tsentence_text\n'; cat data/sample/train.tsv; printf '美食\t好\n科技\t新\n'; } >"$TMP/hdr_unknown.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/hdr_unknown.tsv" --set data.dev= --set data.test= --max-steps 1 \
+  --set output.dir="$TMP/hdr_unknown" --quiet >/dev/null 2>"$TMP/e" \
+  && grep -q "hdr_unknown.tsv:1: the class 'cls' has this one example: a line of column names?" "$TMP/e" \
+  || fail "an unknown header line: no note: $(cat "$TMP/e")"
+printf '体肓\t错字\n' >>"$TMP/hdr_unknown.tsv"
+"$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/hdr_unknown.tsv" --set data.dev= --set data.test= --max-steps 1 \
+  --set output.dir="$TMP/hdr_unknown" --overwrite --quiet >/dev/null 2>"$TMP/e" \
+  && grep -q "hdr_unknown.tsv: 2 classes have a single example, too few to learn ('cls' on line 1, '体肓' on line 658); mistyped labels?" "$TMP/e" \
+  || fail "two classes of one example: no note: $(cat "$TMP/e")"
+# a dev file with a class the training set lacks: where, and what to do
+{ head -3 data/sample/dev.tsv; printf '财经\t股市\n'; } >"$TMP/dev_new.tsv"
+expect_exit 1 "dev_new.tsv:4: label '财经' does not occur in the training set \(known labels: .*\); a dev or test file holds the training set's classes only: remove that class's lines \('mha-predict --eval' scores a file with them, as errors\)" \
+  "$TRAIN" --config "$TMP/c.json" --set data.dev="$TMP/dev_new.tsv" --set output.dir="$TMP/dev_new" --quiet
 # a header line is skipped with a note (training and --eval); extra columns are noted
 { printf 'label\ttext\n'; cat data/sample/train.tsv; } >"$TMP/hdr.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/hdr.tsv" --set data.test="$TMP/hdr.tsv" --max-steps 1 \
@@ -68,6 +90,15 @@ printf 'c21\t只有一个\n' >>"$TMP/few.tsv"
 "$PREDICT" --model "$TMP/notes/last.mha" --eval "$TMP/hdr.tsv" >/dev/null 2>"$TMP/e" \
   && grep -q "mha-predict: note: .*hdr.tsv:1 holds column names (a header line); skipped" "$TMP/e" \
   || fail "header line in --eval: $(cat "$TMP/e")"
+# --eval of a file whose labels say why they are not the model's: a first column of ids (a few
+# of which would match numeric classes; a header line first), GBK labels
+M=$TMP/notes/last.mha
+{ printf 'qid\tlabel\ttext_a\n'; awk -F'\t' '{print NR-1"\t"$1"\t"$2}' data/sample/dev.tsv; } >"$TMP/dev_ids.tsv"
+expect_exit 1 "dev_ids.tsv: none of its 121 labelled lines has a label of the training set .*they are numbers, a different one on each line: is the first column an id\?" \
+  "$PREDICT" --model "$M" --eval "$TMP/dev_ids.tsv"
+iconv -f UTF-8 -t GBK data/sample/dev.tsv >"$TMP/dev_gbk.tsv"
+expect_exit 1 "dev_gbk.tsv: none of its 120 labelled lines .*a label held bytes that are not UTF-8, read as U\+FFFD: if the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'" \
+  "$PREDICT" --model "$M" --eval "$TMP/dev_gbk.tsv"
 awk -F'\t' '{print $1"\t"$2"\textra"}' data/sample/train.tsv >"$TMP/extra.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/extra.tsv" --max-steps 1 \
   --set output.dir="$TMP/notes" --quiet --overwrite >/dev/null 2>"$TMP/e" \
