@@ -398,7 +398,16 @@ static int set_string(Config *c, const KeyDesc *k, const char *value, const char
                       const char *loc, MhaError *err) {
     char *dst = KEY_STR(c, k);
     char tmp[4096 + 1];
-    if (k->type == T_PATH) {
+    if (k->type == T_PATH && value[0] == '~' && (value[1] == '\0' || value[1] == '/')) {
+        /* the home folder, as a shell would have it (a shell leaves key=~/x alone) */
+        const char *home = getenv("HOME");
+        if (!home || home[0] != '/')
+            return failf(err, loc, "key '%s': '%s' starts with '~' and HOME is not set (expected a path "
+                         "without '~': write the home folder out)", k->name, value);
+        if (snprintf(tmp, sizeof tmp, "%s%s", home, value + 1) >= (int)sizeof tmp || strlen(tmp) >= k->size)
+            return failf(err, loc, "key '%s': path too long (allowed: at most %zu bytes)", k->name, k->size - 1);
+        value = tmp;
+    } else if (k->type == T_PATH) {
         if (resolve_path(tmp, sizeof tmp, base_dir, value) != 0 || strlen(tmp) >= k->size)
             return failf(err, loc, "key '%s': path too long (allowed: at most %zu bytes)",
                          k->name, k->size - 1);

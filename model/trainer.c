@@ -475,6 +475,16 @@ static void free_run(Run *r, int own_vocab) {
     if (r->metrics_log) fclose(r->metrics_log);
 }
 
+/* A warmup (a number of updates) longer than the run: the learning rate never reaches train.lr
+ * and never decays. */
+static void note_long_warmup(const Config *cfg, long total) {
+    const long w = schedule_warmup(cfg->warmup, total);
+    if (w <= total) return;
+    fprintf(stderr, "mha-train: note: train.warmup is %ld updates and the run has %ld: the learning rate rises "
+            "to %.3g of train.lr (%g) and never decays (a warmup below 1 is a fraction of the run)\n", w, total,
+            (double)schedule_lr(cfg, total - 1, total) / cfg->lr, cfg->lr);
+}
+
 /* train.patience and train.eval_every evaluate on the dev set: without one, said once. */
 static void note_no_dev(const Config *cfg) {
     const int p = cfg->patience > 0, e = cfg->eval_every > 0;
@@ -888,6 +898,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if ((rc = create_model(&r, &d, err))) goto out;
     r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;
     r.total_updates = r.updates_per_epoch * cfg->epochs;
+    if (!have_resume) note_long_warmup(cfg, r.total_updates);
     if (have_resume) {
         int done;
         if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;

@@ -236,4 +236,21 @@ grep -q "^--max-steps 30: this run stops at update 30 of the schedule's 123 " "$
 ! grep -q "same examples" "$TMP/short.err" || fail "the dev = train warning on a run with its own dev set"
 grep -q "^step 30/30 " "$TMP/short.err" && ! grep -q "^step [0-9]*/123 " "$TMP/short.err" \
   || fail "--max-steps: progress does not count to 30: $(grep '^step' "$TMP/short.err")"
+
+# ---- a warmup longer than the run: a note with how far the rate gets; none when it fits
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/warm" --set train.epochs=1 --set train.warmup=500 \
+  --max-steps 1 --quiet >/dev/null 2>"$TMP/warm.err" || fail "run with a long warmup failed: $(tail -2 "$TMP/warm.err")"
+grep -q "^mha-train: note: train.warmup is 500 updates and the run has 41: the learning rate rises to 0.082 of train.lr" \
+  "$TMP/warm.err" || fail "a warmup longer than the run: no note: $(cat "$TMP/warm.err")"
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/warm" --set train.epochs=1 --set train.warmup=41 \
+  --max-steps 1 --quiet --overwrite >/dev/null 2>"$TMP/warm.err" || fail "run with warmup 41 failed"
+! grep -q "train.warmup is" "$TMP/warm.err" || fail "a warmup as long as the run got a note: $(cat "$TMP/warm.err")"
+
+# ---- a path starting with ~/ is in the home folder (a shell leaves --set key=~/x alone); without
+# HOME it is refused rather than made a folder called '~'
+HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' --max-steps 1 --quiet >/dev/null 2>"$TMP/home.err" \
+  && [ -f "$TMP/home/runs/t/last.mha" ] || fail "output.dir=~/runs/t: not in HOME: $(cat "$TMP/home.err")"
+(cd "$TMP" && env -u HOME "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/u' --max-steps 1 --quiet >/dev/null 2>"$TMP/home.err"); rc=$?
+[ $rc = 2 ] && grep -q "key 'output.dir': '~/runs/u' starts with '~' and HOME is not set" "$TMP/home.err" && [ ! -e "$TMP/~" ] \
+  || fail "output.dir=~/runs/u without HOME: expected exit 2 and no folder '~' (rc $rc): $(cat "$TMP/home.err")"
 finish
