@@ -553,9 +553,10 @@ static int run_eval(Predictor *p, const char *path, int json, MhaError *err) {
 
 /* --model ARG: a checkpoint, or a run's output folder (its model.mha), into path. A model.mha
  * that is missing where a last.mha lies beside it belongs to a run that has not finished (or
- * was stopped before it saved one): an error that names both ways on. Other failures are
- * left to checkpoint_load, which names them. */
-static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err) {
+ * was stopped before it saved one): an error that names both ways on, except for --info on
+ * the folder, which describes that last.mha. Other failures are left to checkpoint_load,
+ * which names them. */
+static int resolve_model(const char *arg, int info, char *path, size_t cap, MhaError *err) {
     if (!arg) return mha_fail(err, MHA_EXIT_USAGE, "--model is required (see mha-predict --help)");
     struct stat st;
     char dir[4096];
@@ -579,6 +580,10 @@ static int resolve_model(const char *arg, char *path, size_t cap, MhaError *err)
     if (stat(path, &st) == 0 || errno != ENOENT) return 0;
     char last[4200];
     snprintf(last, sizeof last, "%s%slast.mha", dir, dir[strlen(dir) - 1] == '/' ? "" : "/");
+    if (stat(last, &st) == 0 && S_ISREG(st.st_mode) && info && is_dir) {   /* --info RUN_DIR: the run so far */
+        snprintf(path, cap, "%s", last);
+        return 0;
+    }
     if (stat(last, &st) == 0 && S_ISREG(st.st_mode))
         return mha_fail(err, MHA_EXIT_DATA, "%s: no such file: the run in %s has not finished (or was stopped "
                         "before it saved its model): %s holds its latest parameters (mha-predict --model %s), "
@@ -595,6 +600,7 @@ typedef struct {
     int top_k, json, batch_size, batch_tokens, threads, attention, info, help, version;   /* batch_tokens -1: automatic */
     const char *prediction_option;   /* an option that only predictions take */
     const char *run_option;          /* an option that only predictions and --eval take */
+    unsigned given;                  /* bit k: value option OPTIONS[k] was given (each once) */
 } Args;
 
 /* Every option: the first N_VALUE_OPTIONS take a value, the rest are flags. */
@@ -655,6 +661,8 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
     }
     if (eq && !eq[1]) return usage_error("%s needs a value after '=' (got '%s')", name, arg);
     if (!eq && *i + 1 >= argc) return usage_error("%s needs a value", name);
+    if (a->given & (1u << k)) return usage_error("%s is given twice; give it once", name);
+    a->given |= 1u << k;
     return set_value(a, name, eq ? eq + 1 : argv[++*i]);
 }
 
@@ -732,7 +740,7 @@ int main(int argc, char **argv) {
     MhaError err = {0};
     char model[4200];
     format_hint_set_cli(1);   /* a line in another format: "give --input-format ..." */
-    if ((rc = resolve_model(a.model, model, sizeof model, &err))) {
+    if ((rc = resolve_model(a.model, a.info, model, sizeof model, &err))) {
         fprintf(stderr, "mha-predict: error: %s\n", err.msg);
         return rc;
     }

@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0;
     TrainOptions opt = {.version = MHA_VERSION};
+    unsigned given = 0;   /* bit k: value option OPTIONS[k] was given (--set may repeat) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq_value = NULL, *eq = strchr(a, '=');
         char name[64];
@@ -116,6 +117,9 @@ int main(int argc, char **argv) {
         else if (option_index(a) >= 0 && option_index(a) < N_VALUE_OPTIONS) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
             const char *v = eq_value ? eq_value : argv[++i];
+            const int k = option_index(a);
+            if (strcmp(a, "--set") && (given & (1u << k))) { free(sets); return usage_error("%s is given twice; give it once", a); }
+            given |= 1u << k;
             if (!strcmp(a, "--config")) config_path = v;
             else if (!strcmp(a, "--set")) sets[n_sets++] = v;
             else if (!strcmp(a, "--resume")) opt.resume_path = v;

@@ -821,6 +821,11 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     size_t n = 0;
     int rc = read_file(path, &text, &n, err);
     if (rc) return rc;
+    if (n >= 8 && memcmp(text, "MHACKPT\n", 8) == 0) {   /* model/checkpoint.h's magic */
+        free(text);
+        return failf(err, NULL, "%s: an mha checkpoint, not a JSON config (mha-train --resume %s continues "
+                     "its run; mha-predict --model %s --info --json shows the config it holds)", path, path, path);
+    }
     /* where the working directory cannot be read (removed meanwhile), paths stay relative */
     char dir[4096], base[4096], cwd[4096];
     dir_of(path, dir, sizeof dir);

@@ -99,6 +99,17 @@ expect_exit 1 "dev_ids.tsv: none of its 121 labelled lines has a label of the tr
 iconv -f UTF-8 -t GBK data/sample/dev.tsv >"$TMP/dev_gbk.tsv"
 expect_exit 1 "dev_gbk.tsv: none of its 120 labelled lines .*a label held bytes that are not UTF-8, read as U\+FFFD: if the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'" \
   "$PREDICT" --model "$M" --eval "$TMP/dev_gbk.tsv"
+# an option that takes one value, given twice: a usage error (before, the last one won)
+expect_exit 2 "--config is given twice; give it once" "$TRAIN" --config "$TMP/c.json" --config="$TMP/c.json"
+expect_exit 2 "--max-steps is given twice; give it once" "$TRAIN" --config "$TMP/c.json" --max-steps 1 --max-steps 2
+expect_exit 2 "--model is given twice; give it once" "$PREDICT" --model "$M" --model "$M" data/sample/dev.tsv
+expect_exit 2 "--eval is given twice; give it once" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --eval=data/sample/test.tsv
+# a checkpoint given as the config: said so, with the commands that take it
+expect_exit 2 "last.mha: an mha checkpoint, not a JSON config \(mha-train --resume .*last.mha continues its run" \
+  "$TRAIN" --config "$M"
+# --info on a run folder that has a last.mha and no model.mha yet: describes the last.mha
+[ ! -e "$TMP/few/model.mha" ] && "$PREDICT" --model "$TMP/few" --info 2>"$TMP/e" | head -1 | grep -q "few/last.mha: training state (last.mha)" \
+  || fail "--info on a folder with only last.mha: $(cat "$TMP/e")"
 awk -F'\t' '{print $1"\t"$2"\textra"}' data/sample/train.tsv >"$TMP/extra.tsv"
 "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/extra.tsv" --max-steps 1 \
   --set output.dir="$TMP/notes" --quiet --overwrite >/dev/null 2>"$TMP/e" \
