@@ -47,7 +47,7 @@ static void print_state(FILE *out, const cJSON *state, const Config *c, const ch
     if (isnan(update) || isnan(epoch)) return;
     const int all_epochs = epoch >= c->epochs, early = !all_epochs && c->patience > 0 && since_best >= c->patience;
     fprintf(out, "state        update %.0f, %.1f s trained: ", update, isnan(elapsed) ? 0.0 : elapsed);
-    if (all_epochs) fprintf(out, "finished (all %d epochs)", c->epochs);
+    if (all_epochs) fprintf(out, c->epochs == 1 ? "finished (its one epoch)" : "finished (all %d epochs)", c->epochs);
     else if (early) fprintf(out, "finished early (train.patience) in epoch %.0f of %d", epoch + 1, c->epochs);
     else
         fprintf(out, "paused in epoch %.0f of %d after %.0f of its batches (mha-train --resume %s goes on)", epoch + 1,
@@ -75,7 +75,8 @@ static void print_text(FILE *out, const char *path, long long bytes, const Check
             "%s positions, %s attention%s\n", ck->n_params, c->d_model, c->n_heads, c->d_ff, c->n_layers,
             c->n_layers == 1 ? "" : "s", c->norm, c->activation, c->pooling, c->position, c->attention,
             c->causal ? ", causal" : "");
-    fprintf(out, "settings     %s, %d epochs of batches of %d", c->precision, c->epochs, c->batch_size);
+    fprintf(out, "settings     %s, %d epoch%s of batches of %d", c->precision, c->epochs, c->epochs == 1 ? "" : "s",
+            c->batch_size);
     if (c->grad_accum > 1) fprintf(out, " (updates of %d batches)", c->grad_accum);
     fprintf(out, ", lr %g, seed %d, on %s", c->lr, c->seed, c->train);
     if (c->dev[0]) fprintf(out, " (dev %s)", c->dev);

@@ -136,9 +136,9 @@ static int run_complete(const TrainState *s, const Config *cfg, int has_dev, int
 }
 
 static void say_complete(const char *resume_path, long update, int all_epochs, const char *best_path) {
-    fprintf(stderr, "mha-train: %s: the run is already complete (%ld updates%s); nothing to do. "
+    fprintf(stderr, "mha-train: %s: the run is already complete (%ld update%s%s); nothing to do. "
             "Its model is %s (evaluate it with mha-predict --model %s --eval FILE)\n", resume_path, update,
-            all_epochs ? ", every epoch" : ", stopped early", best_path, best_path);
+            update == 1 ? "" : "s", all_epochs ? ", every epoch" : ", stopped early", best_path, best_path);
 }
 
 /* Whether model.mha (best_path) loads and has n_params parameters; if so, and params is not

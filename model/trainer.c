@@ -780,11 +780,11 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
             return rc;
     }
     if (r->has_dev)
-        fprintf(stderr, "training done: %ld updates in %.1f s; best model from update %ld in %s/model.mha\n",
-                r->update, r->seconds_trained, r->best_update, cfg->out_dir);
+        fprintf(stderr, "training done: %ld update%s in %.1f s; best model from update %ld in %s/model.mha\n",
+                r->update, r->update == 1 ? "" : "s", r->seconds_trained, r->best_update, cfg->out_dir);
     else
-        fprintf(stderr, "training done: %ld updates in %.1f s; the final parameters (no dev set) in %s/model.mha\n",
-                r->update, r->seconds_trained, cfg->out_dir);
+        fprintf(stderr, "training done: %ld update%s in %.1f s; the final parameters (no dev set) in %s/model.mha\n",
+                r->update, r->update == 1 ? "" : "s", r->seconds_trained, cfg->out_dir);
     if (!r->has_test || r->best_update < 0 || r->test_reported) return 0;
     /* the report, then a last.mha that says it was given (of the final parameters, which the
      * report replaces on the device by the best ones): a run killed in between gives it on
