@@ -176,7 +176,7 @@ const Batch *batcher_next(Batcher *b) {
     return bt;
 }
 
-double batcher_padding_fraction(Batcher *b) {
+double batcher_padding_fraction(const Batcher *b) {
     double all = 0, real = 0;
     for (int k = 0; k < b->n_batches; k++) {
         int s = b->batch_start[k], e = b->batch_start[k + 1], T = 0;

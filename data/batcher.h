@@ -60,7 +60,7 @@ const Batch *batcher_next(Batcher *b);
 /* Example length after truncation (and [CLS]). */
 int batcher_example_length(const Batcher *b, int i);
 /* Padded positions / all positions over the batches of the epoch laid out last. */
-double batcher_padding_fraction(Batcher *b);
+double batcher_padding_fraction(const Batcher *b);
 void batcher_free(Batcher *b);
 
 #endif
