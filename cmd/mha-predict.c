@@ -328,15 +328,6 @@ static void note_detected_format(const char *name, long line_no, int format) {
             "to read whole lines as text\n", name, as, line_no, why, effect);
 }
 
-/* A first column of ASCII digits only: a line number or id, not a text (id<TAB>label is not
- * text<TAB>label swapped: its lines are left out of the swapped-columns count). */
-static int is_id_column(const char *s) {
-    if (!*s) return 0;
-    for (; *s; s++)
-        if (*s < '0' || *s > '9') return 0;
-    return 1;
-}
-
 /* Fewer TSV lines than this before the first answer (an interactive pipe answers line by line):
  * too few to call the columns swapped. */
 #define SWAP_MIN_LINES 20
@@ -418,7 +409,9 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
                 first_unparsed = line_no;
                 snprintf(unparsed_why, sizeof unparsed_why, "%.480s", e.msg);
             }
-        } else if (format == FORMAT_TSV && !blank && !swap_checked && !is_id_column(line)) {   /* line: the label column now */
+        } else if (format == FORMAT_TSV && !blank && !swap_checked && !is_ascii_number(line)) {
+            /* line: the label column now; a first column of digits is an id, not a text
+             * (id<TAB>label is not text<TAB>label swapped: left out of the count) */
             const int t = labelmap_find_trimmed(&p->ck.labels, text, strlen(text)) >= 0;
             const int l = labelmap_find_trimmed(&p->ck.labels, line, strlen(line)) >= 0;
             tsv_lines++;
@@ -454,8 +447,9 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     if (c.ds.n && !write_failed && !rc) rc = predict_and_print_chunk(p, &c, probs, top_k, jsonl, err);
     if (!write_failed && (fflush(stdout) != 0 || ferror(stdout))) write_failed = errno ? errno : EIO;
     if (nul_lines)
-        fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces; UTF-16 text converts "
-                "with 'iconv -f UTF-16 -t UTF-8 FILE > NEW')\n", name, nul_lines, lines_word(nul_lines));
+        fprintf(stderr, "mha-predict: %s: %ld %s held NUL bytes (read as spaces; UTF-16 text without a "
+                "byte-order mark converts with 'iconv -f UTF-16LE -t UTF-8 %s > NEW', or UTF-16BE)\n", name,
+                nul_lines, lines_word(nul_lines), lr->fd == STDIN_FILENO ? "FILE" : name);
     if (unparsed_lines)
         fprintf(stderr, "mha-predict: %s: %ld of %ld %s %s not %s (first: line %ld: %s); %s read whole as "
                 "text\n", name, unparsed_lines, line_no, lines_word(line_no), was_were(unparsed_lines), format_label(format),

@@ -24,7 +24,9 @@
 #define REPLACE_HINT "to read a few bad bytes as U+FFFD instead, set data.replace_invalid=true"
 #define UTF8_HINT "a GBK file (common for Chinese text) converts with 'iconv -f GBK -t UTF-8 FILE > NEW'; " \
                   REPLACE_HINT
-#define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW'; to read NUL " \
+#define GBK_LABEL_HINT "held bytes that are not UTF-8, read as U+FFFD: if the file is GBK, convert it with " \
+                       "'iconv -f GBK -t UTF-8 FILE > NEW'"
+#define NUL_HINT "a UTF-16 file converts with 'iconv -f UTF-16LE -t UTF-8 FILE > NEW' (or UTF-16BE); to read NUL " \
                  "bytes as spaces instead, set data.replace_invalid=true"
 
 /* ---- labels ----------------------------------------------------------------------------- */
@@ -104,25 +106,22 @@ const char *dataset_unknown_label(const Dataset *d, int j, long *count) {
 }
 
 /* Why a labelled file's labels are not the training set's, when its unknown labels tell: 20
- * or more, each on one line and all but one (a header's) a number (a first column of ids), or
- * one holding U+FFFD (GBK read as UTF-8). "" otherwise. */
-static const char *unknown_labels_hint(const Dataset *d) {
+ * or more, each on one line and all but one (a header's) a number: a first column of ids
+ * (*ids set); or one holding U+FFFD (GBK read as UTF-8). "" otherwise. */
+static const char *unknown_labels_hint(const Dataset *d, int *ids) {
     const int n = dataset_unknown_label_count(d);
     int once = 1, words = 0, replaced = 0;
     for (int j = 0; j < n; j++) {
         long c;
         const char *name = dataset_unknown_label(d, j, &c);
-        int digits = *name != '\0';
-        for (const char *q = name; *q; q++) digits &= *q >= '0' && *q <= '9';
         once &= c == 1;
-        words += !digits;
+        words += !is_ascii_number(name);
         replaced |= strstr(name, "\xEF\xBF\xBD") != NULL;
     }
-    if (n >= 20 && once && words <= 1) return "; they are numbers, a different one on each line: is the first column an id? (expected the label first: "
-                    "'label<TAB>text'; 'cut -f2- FILE > NEW' drops a first column)";
-    if (replaced) return "; a label held bytes that are not UTF-8, read as U+FFFD: if the file is GBK, convert "
-                         "it with 'iconv -f GBK -t UTF-8 FILE > NEW'";
-    return "";
+    *ids = n >= 20 && once && words <= 1;
+    if (*ids) return "; they are numbers, a different one on each line: is the first column an id? (expected the "
+                     "label first: 'label<TAB>text'; 'cut -f2- FILE > NEW' drops a first column)";
+    return replaced ? "; a label " GBK_LABEL_HINT : "";
 }
 
 /* ---- what a user may not expect -------------------------------------------------------- */
@@ -248,7 +247,8 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
                 labelmap_list(r->labels, known, sizeof known);
                 dataset_unknown_labels_summary(d, 3, seen, sizeof seen);
                 const long n = d->n_known_label + d->n_unknown_label;
-                const char *why = unknown_labels_hint(d);
+                int ids;
+                const char *why = unknown_labels_hint(d, &ids);
                 return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: more than %d distinct labels that do not occur in "
                                 "the training set (%s); expected the training set's labels (%s)%s%s", r->name,
                                 line_no, MAX_UNKNOWN_LABELS, seen, known, *why ? "" : ": ",
@@ -262,14 +262,9 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
         } else {
             char known[1024];
             labelmap_list(r->labels, known, sizeof known);
-            const char *hint = strstr(label, "\xEF\xBF\xBD")
-                                   ? "; the label held bytes that are not UTF-8, read as U+FFFD: if "
-                                     "the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'"
-                                   : "";
+            const char *hint = strstr(label, "\xEF\xBF\xBD") ? "; the label " GBK_LABEL_HINT : "";
             return mha_fail(err, MHA_EXIT_DATA,
-                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)%s; "
-                            "a dev or test file holds the training set's classes only: remove that class's "
-                            "lines ('mha-predict --eval' scores a file with them, as errors)",
+                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)%s",
                             r->name, line_no, label, known, hint);
         }
     }
@@ -371,12 +366,13 @@ static int check_unknown_labels(Reader *r, MhaError *err) {
                         d->format == FORMAT_TSV ? "'label<TAB>text': swap the columns with " SWAP_COLUMNS_HINT
                         : d->format == FORMAT_JSONL ? JSONL_SHAPE ": swap the two fields' values"
                                                     : "'__label__LABEL text'");
-    const char *why = unknown_labels_hint(d);
+    int ids;
+    const char *why = unknown_labels_hint(d, &ids);
     if (!d->n_known_label)
         return mha_fail(err, MHA_EXIT_DATA, "%s: none of its %ld labelled lines has a label of the training set "
                         "(its labels: %s; the training set's: %s)%s", r->name, n, seen, known,
                         *why ? why : ": is it the right file for this model?");
-    if (*why && 2 * d->n_unknown_label > n)   /* ids: a few of them match numeric classes */
+    if (ids && 2 * d->n_unknown_label > n)   /* ids: a few of them matched numeric classes */
         return mha_fail(err, MHA_EXIT_DATA, "%s: %ld of its %ld labelled lines have a label the training set "
                         "lacks (%s; the training set's: %s)%s", r->name, d->n_unknown_label, n, seen, known, why);
     return 0;

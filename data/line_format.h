@@ -49,6 +49,14 @@ static inline int is_line_space(char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* s is a number: one or more ASCII digits and nothing else (an id column's value). */
+static inline int is_ascii_number(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
 /* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论" (the label and
  * text parse_line gave). Both columns must be names, so a real class called "label" still
  * trains. */

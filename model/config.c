@@ -402,8 +402,9 @@ static int set_string(Config *c, const KeyDesc *k, const char *value, const char
         /* the home folder, as a shell would have it (a shell leaves key=~/x alone) */
         const char *home = getenv("HOME");
         if (!home || home[0] != '/')
-            return failf(err, loc, "key '%s': '%s' starts with '~' and HOME is not set (expected a path "
-                         "without '~': write the home folder out)", k->name, value);
+            return failf(err, loc, "key '%s': '%s' starts with '~' and HOME is %s (expected a path without "
+                         "'~': write the home folder out)", k->name, value,
+                         home ? "not an absolute path" : "not set");
         if (snprintf(tmp, sizeof tmp, "%s%s", home, value + 1) >= (int)sizeof tmp || strlen(tmp) >= k->size)
             return failf(err, loc, "key '%s': path too long (allowed: at most %zu bytes)", k->name, k->size - 1);
         value = tmp;
@@ -525,7 +526,7 @@ static cJSON *parse_json(const char *text, size_t n, const char *loc, MhaError *
     size_t at = 0;
     const char *expected = NULL;
     const unsigned char *u = (const unsigned char *)text;
-    if (n >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF) || u[0] == 0 || u[1] == 0)) {
+    if (n >= 2 && (utf16_bom(text, n) || u[0] == 0 || u[1] == 0)) {   /* with a byte-order mark or without */
         failf(err, NULL, "%s: the config is UTF-16 (it starts with the bytes %02X %02X); expected UTF-8 JSON: "
               "convert it with 'iconv -f UTF-16 -t UTF-8 %s > NEW'", loc, u[0], u[1], loc);
         return NULL;
@@ -823,8 +824,11 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
     if (rc) return rc;
     if (n >= 8 && memcmp(text, "MHACKPT\n", 8) == 0) {   /* model/checkpoint.h's magic */
         free(text);
-        return failf(err, NULL, "%s: an mha checkpoint, not a JSON config (mha-train --resume %s continues "
-                     "its run; mha-predict --model %s --info --json shows the config it holds)", path, path, path);
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        return failf(err, NULL, "%s: an mha checkpoint, not a JSON config (mha-train --resume %s continues the run "
+                     "in that folder from its last.mha; mha-predict --model %s --info --json shows the config it "
+                     "holds)", path, dir, path);
     }
     /* where the working directory cannot be read (removed meanwhile), paths stay relative */
     char dir[4096], base[4096], cwd[4096];

@@ -4,6 +4,7 @@
  * and the notes on settings that the data makes odd (a warmup longer than the run, dev-set
  * options without a dev set). */
 #include "model/run_data.h"
+#include "data/line_format.h"
 #include "data/overlap.h"
 #include "data/utf8.h"
 #include "model/optimizer.h"
@@ -39,24 +40,16 @@ static void note_overlap(const Run *r, const char *path, const Dataset *d) {
             o.same_label);
 }
 
-/* Label and text swapped (a "class" per example) trains a useless model without complaint:
- * refused when more than half of the examples (and more than 20) have a label no other
- * example has. */
 /* A label for messages: at most 60 bytes, whole characters. */
 static int label_shown(const char *name) {
     size_t len = strlen(name);
     return (int)(len > 60 ? utf8_cut(name, 60) : len);
 }
 
-static int all_digits(const char *s) {
-    if (!*s) return 0;
-    for (; *s; s++)
-        if (*s < '0' || *s > '9') return 0;
-    return 1;
-}
-
-/* The training labels. Refused when most examples have a label no other example has: the
- * columns swapped, or a first column of ids (every label a number). Otherwise a note for the
+/* The training labels. Label and text swapped (a "class" per example) trains a useless model
+ * without complaint: refused when more than half of the examples (and more than 20) have a
+ * label no other example has; said to be a first column of ids when those labels are numbers
+ * (all but one: a header line's). Otherwise a note for the
  * classes with a single example: a line of column names the reader did not know, or a typo. */
 static int check_labels(const char *path, const Dataset *d, const LabelMap *labels, MhaError *err) {
     int *count = calloc((size_t)labels->n, sizeof *count);
@@ -66,15 +59,15 @@ static int check_labels(const char *path, const Dataset *d, const LabelMap *labe
     for (int k = 0; k < labels->n; k++)
         if (count[k] == 1) {
             alone++;
-            numbers += all_digits(labels->names[k]);
+            numbers += is_ascii_number(labels->names[k]);
             if (eg < 0 || k == labels->n / 2) eg = k;
         }
     if (alone > 20 && 2L * alone > d->n) {
         free(count);
         const char *name = labels->names[eg];
-        if (numbers == alone)
+        if (numbers >= alone - 1)
             return mha_fail(err, MHA_EXIT_DATA,
-                            "%s: %d of %d examples have a label no other example has, each a number (e.g. "
+                            "%s: %d of %d examples have a label no other example has, a number (e.g. "
                             "'%.*s'): is the first column an id? (expected the label first: 'label<TAB>text'; "
                             "'cut -f2- %s > NEW' drops a first column)", path, alone, d->n, label_shown(name),
                             name, path);
@@ -107,6 +100,16 @@ static int check_labels(const char *path, const Dataset *d, const LabelMap *labe
     }
     free(count);
     return 0;
+}
+
+/* A dev or test file's class that the training set lacks: what to do, after the reader's
+ * error (which names the line and the known labels). rc passes through. */
+static int unknown_class_hint(int rc, MhaError *err) {
+    if (!strstr(err->msg, "does not occur in the training set")) return rc;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return mha_fail(err, rc, "%.1800s; a dev or test file holds the training set's classes only: remove that "
+                    "class's lines ('mha-predict --eval' scores a file with them, as errors)", msg);
 }
 
 int run_load_data(Run *r, const Checkpoint *resume, MhaError *err) {
@@ -142,11 +145,11 @@ int run_load_data(Run *r, const Checkpoint *resume, MhaError *err) {
     if (!resume && (rc = check_labels(c->train, &r->train, &r->labels, err))) return rc;
     note_repeats(c->train, &r->train);
     if (c->dev[0]) {
-        if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return rc;
+        if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return unknown_class_hint(rc, err);
         r->has_dev = r->dev.n > 0;
     }
     if (c->test[0]) {
-        if ((rc = dataset_load(c->test, &ro, r->vocab, &r->labels, &r->test, err))) return rc;
+        if ((rc = dataset_load(c->test, &ro, r->vocab, &r->labels, &r->test, err))) return unknown_class_hint(rc, err);
         r->has_test = r->test.n > 0;
     }
     /* the training examples again (the same file, or a copy): its scores would say nothing */
@@ -219,7 +222,7 @@ static void note_no_dev(const Config *cfg) {
             p && e ? "they do" : "it does");
 }
 
-void run_note_schedule(const Run *r) {
+void run_note_schedule(const Run *r, int resumed) {
     if (!r->has_dev) note_no_dev(r->cfg);
-    note_long_warmup(r->cfg, r->total_updates);
+    if (!resumed) note_long_warmup(r->cfg, r->total_updates);   /* a resumed run cannot change it */
 }

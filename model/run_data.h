@@ -16,8 +16,8 @@ int run_load_data(Run *r, const Checkpoint *resume, MhaError *err);
 /* The examples, tokens, classes, notes on each file, batches and truncation, on stderr. */
 void run_print_data_stats(const Run *r, const Batcher *bt);
 
-/* Notes on settings the run makes odd: dev-set options without a dev set, a warmup longer than
- * r->total_updates (set it first). */
-void run_note_schedule(const Run *r);
+/* Notes on settings the run makes odd: dev-set options without a dev set, and for a run not
+ * resumed, a warmup longer than r->total_updates (set it first). */
+void run_note_schedule(const Run *r, int resumed);
 
 #endif

@@ -690,7 +690,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if ((rc = create_model(&r, &d, err))) goto out;
     r.updates_per_epoch = (bt.n_batches + cfg->grad_accum - 1) / cfg->grad_accum;
     r.total_updates = r.updates_per_epoch * cfg->epochs;
-    run_note_schedule(&r);
+    run_note_schedule(&r, have_resume);
     if (have_resume) {
         int done;
         if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;

@@ -55,8 +55,11 @@ expect_exit 1 "swap.tsv: [0-9]+ of 654 examples have a label no other example ha
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/swap.tsv" --quiet
 # a first column of ids (id<TAB>label<TAB>text): said so, with the command that drops it
 awk -F'\t' '{print NR"\t"$1"\t"$2}' data/sample/train.tsv >"$TMP/ids.tsv"
-expect_exit 1 "ids.tsv: 654 of 654 examples have a label no other example has, each a number \(e.g. '[0-9]+'\): is the first column an id\? .*'cut -f2- $TMP/ids.tsv > NEW' drops a first column" \
+expect_exit 1 "ids.tsv: 654 of 654 examples have a label no other example has, a number \(e.g. '[0-9]+'\): is the first column an id\? .*'cut -f2- $TMP/ids.tsv > NEW' drops a first column" \
   "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/ids.tsv" --quiet
+{ printf 'qid\tlabel\ttext_a\n'; cat "$TMP/ids.tsv"; } >"$TMP/ids_header.tsv"   # a header the reader does not know
+expect_exit 1 "ids_header.tsv: 655 of 655 examples have a label no other example has, a number \(e.g. '[0-9]+'\): is the first column an id\?" \
+  "$TRAIN" --config "$TMP/c.json" --set data.train="$TMP/ids_header.tsv" --quiet
 # ... but many classes with few examples each are not refused: 20 classes twice, one once,
 # which a note names (with its line)
 for k in $(seq 20); do printf 'c%d\t第%d类的例子\nc%d\t另一个第%d类\n' "$k" "$k" "$k" "$k"; done >"$TMP/few.tsv"
@@ -96,6 +99,11 @@ M=$TMP/notes/last.mha
 { printf 'qid\tlabel\ttext_a\n'; awk -F'\t' '{print NR-1"\t"$1"\t"$2}' data/sample/dev.tsv; } >"$TMP/dev_ids.tsv"
 expect_exit 1 "dev_ids.tsv: none of its 121 labelled lines has a label of the training set .*they are numbers, a different one on each line: is the first column an id\?" \
   "$PREDICT" --model "$M" --eval "$TMP/dev_ids.tsv"
+# ... while a file with classes the model lacks, one of them GBK, is scored (those lines as errors)
+{ head -50 data/sample/dev.tsv; for i in $(seq 70); do printf '其他\t第%d行\n' "$i"; done;
+  printf '\xb2\xe2\t一行\n'; } >"$TMP/dev_mixed.tsv"
+"$PREDICT" --model "$M" --eval "$TMP/dev_mixed.tsv" --json >"$TMP/o" 2>"$TMP/e" && grep -q '"n":121' "$TMP/o" \
+  || fail "--eval with unknown classes, one of them GBK: not scored: $(cat "$TMP/e")"
 iconv -f UTF-8 -t GBK data/sample/dev.tsv >"$TMP/dev_gbk.tsv"
 expect_exit 1 "dev_gbk.tsv: none of its 120 labelled lines .*a label held bytes that are not UTF-8, read as U\+FFFD: if the file is GBK, convert it with 'iconv -f GBK -t UTF-8 FILE > NEW'" \
   "$PREDICT" --model "$M" --eval "$TMP/dev_gbk.tsv"
@@ -105,7 +113,7 @@ expect_exit 2 "--max-steps is given twice; give it once" "$TRAIN" --config "$TMP
 expect_exit 2 "--model is given twice; give it once" "$PREDICT" --model "$M" --model "$M" data/sample/dev.tsv
 expect_exit 2 "--eval is given twice; give it once" "$PREDICT" --model "$M" --eval data/sample/dev.tsv --eval=data/sample/test.tsv
 # a checkpoint given as the config: said so, with the commands that take it
-expect_exit 2 "last.mha: an mha checkpoint, not a JSON config \(mha-train --resume .*last.mha continues its run" \
+expect_exit 2 "last.mha: an mha checkpoint, not a JSON config \(mha-train --resume $TMP/notes continues the run in that folder from its last.mha" \
   "$TRAIN" --config "$M"
 # --info on a run folder that has a last.mha and no model.mha yet: describes the last.mha
 [ ! -e "$TMP/few/model.mha" ] && "$PREDICT" --model "$TMP/few" --info 2>"$TMP/e" | head -1 | grep -q "few/last.mha: training state (last.mha)" \

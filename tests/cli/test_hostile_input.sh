@@ -47,7 +47,7 @@ expect_exit 1 "empty.tsv: no examples in 0 lines" train_on em "$TMP/empty.tsv"
 
 # 3. NUL bytes
 { head -3 "$good"; printf 'pos\t前面\000后面\nneg\t\000\000\000\n'; head -6 "$good" | tail -3; } >"$TMP/nul.tsv"
-expect_exit 1 "nul.tsv:4: NUL byte at byte offset 10 \(expected UTF-8 text; a UTF-16 file converts with .iconv -f UTF-16 -t UTF-8 FILE > NEW.; to read NUL bytes as spaces instead, set data.replace_invalid=true\)" train_on nul "$TMP/nul.tsv"
+expect_exit 1 "nul.tsv:4: NUL byte at byte offset 10 \(expected UTF-8 text; a UTF-16 file converts with .iconv -f UTF-16LE -t UTF-8 FILE > NEW. \(or UTF-16BE\); to read NUL bytes as spaces instead, set data.replace_invalid=true\)" train_on nul "$TMP/nul.tsv"
 train_on nul "$TMP/nul.tsv" --set data.replace_invalid=true >/dev/null 2>"$TMP/e" \
   && grep -q "7 examples" "$TMP/e" && grep -q "1 line.* a label but no text" "$TMP/e" \
   || fail "NUL bytes with replace_invalid (read as spaces, as mha-predict reads them: line 5 is blank): $(tail -3 "$TMP/e")"

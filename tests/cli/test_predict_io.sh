@@ -51,7 +51,7 @@ printf '今天天气很好\n真好吃\n' | iconv -f UTF-8 -t UTF-16 >"$TMP/u16.t
 [ $rc = 1 ] && [ ! -s "$TMP/pu" ] && grep -q "<stdin>: the input is UTF-16 .*'iconv -f UTF-16 -t UTF-8 FILE > NEW'" "$TMP/pu.err" \
   || fail "UTF-16 on stdin: expected exit 1, no output and the iconv hint (rc $rc): $(cat "$TMP/pu" "$TMP/pu.err")"
 printf 'a\0b\n' | "$PREDICT" --model "$M" >/dev/null 2>"$TMP/pn.err"
-grep -q "<stdin>: 1 line held NUL bytes (read as spaces; UTF-16 text converts with 'iconv -f UTF-16 -t UTF-8 FILE > NEW')" "$TMP/pn.err" \
+grep -q "<stdin>: 1 line held NUL bytes (read as spaces; UTF-16 text without a byte-order mark converts with 'iconv -f UTF-16LE -t UTF-8 FILE > NEW', or UTF-16BE)" "$TMP/pn.err" \
   || fail "a NUL byte: note without the UTF-16 hint: $(cat "$TMP/pn.err")"
 # --eval on bad bytes (GBK text under a UTF-8 label, a NUL byte): evaluated, and counted on stderr
 { head -3 data/sample/dev.tsv; printf '美食\t'; printf '今天天气很好\n' | iconv -f UTF-8 -t GBK;

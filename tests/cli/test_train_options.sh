@@ -242,6 +242,8 @@ grep -q "^step 30/30 " "$TMP/short.err" && ! grep -q "^step [0-9]*/123 " "$TMP/s
   --max-steps 1 --quiet >/dev/null 2>"$TMP/warm.err" || fail "run with a long warmup failed: $(tail -2 "$TMP/warm.err")"
 grep -q "^mha-train: note: train.warmup is 500 updates and the run has 41: the learning rate rises to 0.082 of train.lr" \
   "$TMP/warm.err" || fail "a warmup longer than the run: no note: $(cat "$TMP/warm.err")"
+"$TRAIN" --resume "$TMP/warm" --max-steps 2 >/dev/null 2>"$TMP/warm.err" || fail "resuming the long-warmup run failed"
+! grep -q "train.warmup is" "$TMP/warm.err" || fail "the warmup note again on --resume, which cannot change it"
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/warm" --set train.epochs=1 --set train.warmup=41 \
   --max-steps 1 --quiet --overwrite >/dev/null 2>"$TMP/warm.err" || fail "run with warmup 41 failed"
 ! grep -q "train.warmup is" "$TMP/warm.err" || fail "a warmup as long as the run got a note: $(cat "$TMP/warm.err")"
@@ -253,4 +255,7 @@ HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' -
 (cd "$TMP" && env -u HOME "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/u' --max-steps 1 --quiet >/dev/null 2>"$TMP/home.err"); rc=$?
 [ $rc = 2 ] && grep -q "key 'output.dir': '~/runs/u' starts with '~' and HOME is not set" "$TMP/home.err" && [ ! -e "$TMP/~" ] \
   || fail "output.dir=~/runs/u without HOME: expected exit 2 and no folder '~' (rc $rc): $(cat "$TMP/home.err")"
+(cd "$TMP" && HOME=rel "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/u' --max-steps 1 --quiet >/dev/null 2>"$TMP/home.err"); rc=$?
+[ $rc = 2 ] && grep -q "starts with '~' and HOME is not an absolute path" "$TMP/home.err" \
+  || fail "output.dir=~/runs/u with HOME=rel: expected exit 2 (rc $rc): $(cat "$TMP/home.err")"
 finish
