@@ -513,7 +513,11 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
          * saved position is then the end of the epoch (batch_pos = n_batches, the epoch not yet
          * counted), and --resume starts with that evaluation */
         if (g_interrupted && *stop == KEEP_TRAINING) *stop = STOP_PAUSED;
-        if (*stop == STOP_PAUSED) break;
+        /* --max-steps that ends on an epoch's last update: the epoch's evaluation belongs to it
+         * (and after the last epoch, the run is done: it finishes as a whole run does) */
+        const int steps_end_epoch = *stop == STOP_PAUSED && !g_interrupted && !r->eval_due &&
+                                    bt->pos >= bt->n_batches;
+        if (*stop == STOP_PAUSED && !steps_end_epoch) break;
         if (bt->pos >= bt->n_batches) {  /* epoch finished */
             /* per epoch; or, with eval_every, the end of the last epoch when its update was not
              * just evaluated, so that the final parameters compete for model.mha too */
@@ -529,6 +533,10 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
             }
             r->epoch++;
             r->batch_pos = 0;
+        }
+        if (steps_end_epoch && *stop == STOP_PAUSED) {
+            if (r->epoch < cfg->epochs) break;   /* saved below, as a pause */
+            *stop = KEEP_TRAINING;               /* the schedule's last update: the run ends */
         }
         r->seconds_trained += now_s() - pg.t_start;
         pg.t_start = now_s();

@@ -236,6 +236,16 @@ grep -q "^--max-steps 30: this run stops at update 30 of the schedule's 123 " "$
 ! grep -q "same examples" "$TMP/short.err" || fail "the dev = train warning on a run with its own dev set"
 grep -q "^step 30/30 " "$TMP/short.err" && ! grep -q "^step [0-9]*/123 " "$TMP/short.err" \
   || fail "--max-steps: progress does not count to 30: $(grep '^step' "$TMP/short.err")"
+# ... a stop on an epoch's last update still evaluates that epoch (a dev record, model.mha), and
+# --max-steps equal to the whole schedule finishes the run (the test record)
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/epoch_end" --max-steps 41 --quiet >/dev/null 2>&1 \
+  || fail "--max-steps 41 failed"
+[ "$(records "$TMP/epoch_end" dev | field update)" = 41 ] && [ -f "$TMP/epoch_end/model.mha" ] \
+  || fail "--max-steps 41 (an epoch's end): no dev record at update 41, or no model.mha: $(records "$TMP/epoch_end" dev)"
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/whole" --set train.epochs=1 --max-steps 41 --quiet >/dev/null 2>"$TMP/whole.err" \
+  || fail "--max-steps = the whole run failed"
+[ "$(records "$TMP/whole" test | wc -l)" = 1 ] && grep -q "^training done: 41 updates" "$TMP/whole.err" \
+  || fail "--max-steps equal to the schedule's 41 updates: the run did not finish: $(cat "$TMP/whole.err")"
 
 # ---- a warmup longer than the run: a note with how far the rate gets; none when it fits
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/warm" --set train.epochs=1 --set train.warmup=500 \

@@ -80,6 +80,21 @@ static int fuzz_dataset(const uint8_t *data, size_t size, int format) {
             check_dataset(&dev, V, -1);
             dataset_free(&dev);
         }
+        /* as --eval reads it for a model that knows the first half of these classes: the other
+         * labels become classes after the model's (each line counted once), or the file is
+         * refused with a message */
+        LabelMap half = {(labels.n + 1) / 2, labels.names};
+        ReadOptions eval = o;
+        eval.keep_unknown_labels = 1;
+        if (dataset_load(path, &eval, v, &half, &dev, &err) == 0) {
+            const int unknown = dataset_unknown_label_count(&dev);
+            check_dataset(&dev, V, half.n + unknown);
+            FUZZ_ASSERT(dev.n_known_label > 0 && dev.n_known_label + dev.n_unknown_label == dev.n);
+            FUZZ_ASSERT((unknown > 0) == (dev.n_unknown_label > 0));
+            dataset_free(&dev);
+        } else {
+            FUZZ_ASSERT(err.msg[0] != '\0');
+        }
 
         Batcher b;
         memset(&b, 0, sizeof b);
