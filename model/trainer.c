@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,37 +31,65 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupted;
+static volatile sig_atomic_t g_finishing;   /* the training is saved: a stop signal quits at once */
+
+/* What quitting at once says (where the run stands: set_quit_note), in one of two buffers so
+ * that the handler never reads one being written; the temporary checkpoint names it removes. */
+static char g_quit_note[2][1200];
+static size_t g_quit_len[2];
+static volatile sig_atomic_t g_quit_current;
+static char g_tmp_names[2][64];   /* ".last.mha.tmp.PID", ".model.mha.tmp.PID" in run_dir_fd() */
+
+static void set_quit_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_quit_note(const char *fmt, ...) {
+    const int next = !g_quit_current;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_quit_note[next], sizeof g_quit_note[next], fmt, ap);
+    va_end(ap);
+    g_quit_len[next] = n < 0 ? 0 : (size_t)n < sizeof g_quit_note[next] ? (size_t)n : sizeof g_quit_note[next] - 1;
+    g_quit_current = next;
+}
+
 /* Ctrl-C, SIGTERM, SIGHUP: the run stops after the update (or between two evaluation batches)
- * and saves last.mha; said at once, since a save can take a while (write(2): async-signal-safe) */
+ * and saves last.mha; said at once, since a save can take a while (write(2): async-signal-safe).
+ * A second one, or one after the training was saved, quits at once: the checkpoint being
+ * written is removed (unlinkat: async-signal-safe) and the note says where the run stands. */
 static void on_signal(int sig) {
     static const char int_msg[] = "\nmha-train: stopping: saving last.mha after this step (Ctrl-C again quits at "
                                   "once, without saving)\n";
     static const char other_msg[] = "\nmha-train: stopping: saving last.mha after this step\n";
     int saved_errno = errno;
+    ssize_t ignored;
+    if (g_interrupted || g_finishing) {
+        const int fd = run_dir_fd();
+        for (int i = 0; i < 2 && fd >= 0; i++) unlinkat(fd, g_tmp_names[i], 0);
+        const int q = g_quit_current;
+        ignored = write(2, g_quit_note[q], g_quit_len[q]);
+        _exit(128 + sig);
+    }
     g_interrupted = 1;
-    signal(sig, SIG_DFL);  /* a second Ctrl-C ends the process at once */
-    ssize_t ignored = sig == SIGINT ? write(2, int_msg, sizeof int_msg - 1) : write(2, other_msg, sizeof other_msg - 1);
+    ignored = sig == SIGINT ? write(2, int_msg, sizeof int_msg - 1) : write(2, other_msg, sizeof other_msg - 1);
     (void)ignored;
     errno = saved_errno;
 }
 
-static int g_hup_handled;   /* SIGHUP went to on_signal (not when the run started with it ignored) */
-
 /* For the training loop: SIGINT, SIGTERM and SIGHUP stop it after a step (on_signal). */
 static void catch_stop_signals(void) {
+    for (int i = 0; i < 2; i++)
+        snprintf(g_tmp_names[i], sizeof g_tmp_names[i], ".%s.tmp.%ld", i ? "model.mha" : "last.mha", (long)getpid());
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     struct sigaction hup;
-    g_hup_handled = sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN;
-    if (g_hup_handled) signal(SIGHUP, on_signal);
+    if (sigaction(SIGHUP, NULL, &hup) != 0 || hup.sa_handler != SIG_IGN) signal(SIGHUP, on_signal);
 }
 
-/* After it (last.mha holds the finished training): they end the process at once again, and
- * --resume does what is left (model.mha, the test report). */
-static void release_stop_signals(void) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    if (g_hup_handled) signal(SIGHUP, SIG_DFL);
+/* After it (last.mha holds the finished training): they quit at once, saying that --resume
+ * does what is left (model.mha, the test report). */
+static void quit_at_once_from_now(const char *out_dir) {
+    set_quit_note("\nmha-train: quit: the training is done and %s/last.mha holds it; mha-train --resume %s "
+                  "writes what is left (model.mha, the test report)\n", out_dir, out_dir);
+    g_finishing = 1;
 }
 
 static double now_s(void) {
@@ -135,6 +164,9 @@ static int save_checkpoint(Run *r, const char *name, int with_state, const float
      * after this check still puts it in the run's own folder, never in a new one at the path */
     if ((rc = run_dir_check(r->cfg->out_dir, err))) goto done;
     rc = run_dir_fd() >= 0 ? checkpoint_save_at(run_dir_fd(), name, path, &ck, err) : checkpoint_save(path, &ck, err);
+    if (!rc && with_state && !g_finishing)
+        set_quit_note("\nmha-train: quit without saving: %s is from update %ld (mha-train --resume %s goes on "
+                      "from there)\n", path, r->update, path);
 done:
     free(ck.config_json);
     free(ck.state_json);
@@ -440,6 +472,11 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
     /* Ctrl-C and SIGTERM save and stop (also in a script's background job, where the shell
      * ignores SIGINT for it); SIGHUP (the terminal or ssh session gone) too, unless the run was
      * started with it ignored (nohup, trap '' HUP): then it stays ignored */
+    if (r->update == 0)
+        set_quit_note("\nmha-train: quit without saving: no last.mha was written yet\n");
+    else   /* resumed: the last.mha it started from */
+        set_quit_note("\nmha-train: quit without saving: %s/last.mha is from update %ld (mha-train --resume %s/last.mha "
+                      "goes on from there)\n", cfg->out_dir, r->update, cfg->out_dir);
     catch_stop_signals();
     const long end = opt->max_steps > 0 && opt->max_steps < r->total_updates ? opt->max_steps : r->total_updates;
     const long every = (end - r->update) / 100;   /* about 100 lines a run (fewer off a terminal: 5 s apart) */
@@ -712,7 +749,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     StopReason stop;
     rc = train_epochs(&r, &bt, opt, &stop, err);
-    release_stop_signals();
+    quit_at_once_from_now(cfg->out_dir);
     if (rc || stop == STOP_PAUSED) goto out;
     if (g_interrupted) {   /* came after the last update's step: the training is saved, the rest is not done */
         fprintf(stderr, "interrupted after the last update: %s/last.mha holds the finished training (continue with "

@@ -15,7 +15,9 @@
 #    refuses to save there (exit 1, says why) and the new folder stays empty;
 #  - the process keeps its name after its re-exec (pgrep mha-train finds it, not "exe");
 #    train.threads 0 follows OMP_NUM_THREADS when it is set;
-#  - --resume takes --set train.device / train.threads, refuses the keys that change the run.
+#  - --resume takes --set train.device / train.threads, refuses the keys that change the run;
+#  - a second stop signal quits at once, saying which update last.mha is from, and leaves no
+#    temporary checkpoint; one during the final test report says that --resume gives it.
 source "$(dirname "$0")/lib.sh" "$@"
 # wait_for FILE PATTERN: up to 60 s (120 s sanitized) for a line matching PATTERN in FILE
 wait_for() {
@@ -157,6 +159,33 @@ wait_for "$TMP/t/metrics.jsonl" '"update":2,' || fail "OMP_NUM_THREADS run did n
 threads=$(sed -n 's/^Threads:[[:space:]]*//p' /proc/$pid/status)
 kill -INT $pid; wait $pid 2>/dev/null
 [ "${threads:-0}" -ge "$want" ] || fail "train.threads 0 with OMP_NUM_THREADS=$want: $threads threads"
+
+# a second stop signal quits at once: it says where the run stands (the last.mha of an epoch's
+# end: 41 updates each) and leaves no temporary checkpoint (before: no word, a .last.mha.tmp.PID).
+# Two signals of one kind sent at once merge into one: SIGINT and SIGTERM, while stopped (the
+# kernel delivers them in its own order; the second one's number makes the exit code)
+"$TRAIN" --config "$TMP/t.json" --set train.threads=1 --set output.dir="$TMP/q" --quiet >/dev/null 2>"$TMP/q.err" &
+pid=$!
+wait_for "$TMP/q/metrics.jsonl" '"update":45,' || fail "two stop signals: the run did not start: $(tail -3 "$TMP/q.err")"
+kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid
+wait $pid; rc=$?
+saved=$(sed -n "s|^mha-train: quit without saving: $TMP/q/last.mha is from update \([0-9]*\) (mha-train --resume $TMP/q/last.mha goes on from there)$|\1|p" "$TMP/q.err")
+{ [ "$rc" = 130 ] || [ "$rc" = 143 ]; } && [ -n "$saved" ] && [ $((saved % 41)) = 0 ] && [ -z "$(ls -A "$TMP/q" | grep 'tmp')" ] \
+  || fail "a second stop signal: exit $rc, expected 128 + the second signal's number, a note on last.mha's update ($saved) and no temporary file: $(tail -3 "$TMP/q.err"; ls -A "$TMP/q")"
+# Ctrl-C during the test report after the last update: says that --resume gives it (before: exit
+# 130 without a word); the resumed run then reports
+for i in $(seq 200); do cat data/sample/train.tsv; done >"$TMP/big_test.tsv"
+tiny_config "$TMP/f.json" "$TMP/f" 1
+"$TRAIN" --config "$TMP/f.json" --set data.test="$TMP/big_test.tsv" --set model.d_model=128 --set model.d_ff=512 \
+  --quiet >/dev/null 2>"$TMP/f.err" &
+pid=$!
+wait_for "$TMP/f.err" '^training done' || fail "Ctrl-C in the test report: the run did not finish its training: $(tail -3 "$TMP/f.err")"
+kill -INT $pid
+wait $pid; rc=$?
+[ "$rc" = 130 ] && grep -q "^mha-train: quit: the training is done and $TMP/f/last.mha holds it; mha-train --resume $TMP/f writes what is left (model.mha, the test report)$" "$TMP/f.err" \
+  || fail "Ctrl-C in the test report: exit $rc, expected 130 with a note: $(tail -3 "$TMP/f.err")"
+"$TRAIN" --resume "$TMP/f" >"$TMP/f.out" 2>/dev/null && grep -q "^test $TMP/big_test.tsv (best model):" "$TMP/f.out" \
+  || fail "Ctrl-C in the test report: --resume did not give it: $(head -3 "$TMP/f.out")"
 
 # --set with --resume
 out=$("$TRAIN" --resume "$TMP/h/last.mha" --set train.device=cpu --set train.threads=1 --max-steps 65 2>&1 >/dev/null) \
