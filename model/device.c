@@ -4,8 +4,12 @@
 #include <string.h>
 
 /* The CPU backend at the configured precision; bf16 on a CPU without AVX512_BF16 says so
- * and runs fp32. */
+ * and runs fp32. mha-train says that train.tf32 does nothing here (a model's stored tf32 is
+ * no news to mha-predict). */
 static const Backend *cpu_backend_for(const Config *cfg, int bf16, const char *prog) {
+    if (cfg->tf32 && strcmp(prog, "mha-train") == 0)
+        fprintf(stderr, "%s: note: train.tf32 is for CUDA's matrix products; the cpu computes as train.precision "
+                "says (%s)\n", prog, cfg->precision);
     if (bf16) {
         char why[256] = "";
         const Backend *be = mha_cpu_backend_bf16(cfg->threads, why, sizeof why);

@@ -268,4 +268,9 @@ HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' -
 (cd "$TMP" && HOME=rel "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/u' --max-steps 1 --quiet >/dev/null 2>"$TMP/home.err"); rc=$?
 [ $rc = 2 ] && grep -q "starts with '~' and HOME is not an absolute path" "$TMP/home.err" \
   || fail "output.dir=~/runs/u with HOME=rel: expected exit 2 (rc $rc): $(cat "$TMP/home.err")"
+
+# ---- train.tf32 on the cpu: a note that it does nothing there
+"$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/tf32" --set train.device=cpu --set train.tf32=true --max-steps 1 \
+  --quiet >/dev/null 2>"$TMP/tf32.err" && grep -q "^mha-train: note: train.tf32 is for CUDA's matrix products; the cpu computes as train.precision says (fp32)$" "$TMP/tf32.err" \
+  || fail "train.tf32 on the cpu: no note: $(cat "$TMP/tf32.err")"
 finish
