@@ -749,8 +749,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
 
     StopReason stop;
     rc = train_epochs(&r, &bt, opt, &stop, err);
-    quit_at_once_from_now(cfg->out_dir);
     if (rc || stop == STOP_PAUSED) goto out;
+    quit_at_once_from_now(cfg->out_dir);   /* from here a stop signal quits (checked after: no gap) */
     if (g_interrupted) {   /* came after the last update's step: the training is saved, the rest is not done */
         fprintf(stderr, "interrupted after the last update: %s/last.mha holds the finished training (continue with "
                 "--resume %s/last.mha for model.mha and the test report)\n", cfg->out_dir, cfg->out_dir);
