@@ -447,6 +447,8 @@ static int report_test(Run *r, MhaError *err) {
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "type", "test");
     cJSON_AddNumberToObject(rec, "update", (double)r->best_update);
+    if (r->best_update > 0 && r->updates_per_epoch > 0)   /* the epoch that update fell in, from 1 */
+        cJSON_AddNumberToObject(rec, "epoch", (double)((r->best_update - 1) / r->updates_per_epoch + 1));
     cJSON_AddNumberToObject(rec, "loss", metrics_loss(&mt));
     cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
     cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));

@@ -27,6 +27,10 @@ while read -r rec; do
   te=$(records "$TMP/every" train | grep "\"update\":$u," | field epoch)
   [ "$e" = "$te" ] || fail "dev record at update $u says epoch $e, its train record epoch $te"
 done < <(records "$TMP/every" dev)
+# ... and so does the test record, of the best model's update
+u=$(records "$TMP/every" test | field update) e=$(records "$TMP/every" test | field epoch)
+te=$(records "$TMP/every" train | grep "\"update\":$u," | field epoch)
+[ -n "$e" ] && [ "$e" = "$te" ] || fail "test record (update $u) says epoch '$e', its train record epoch $te"
 # the progress output shows every evaluation
 shown=$(grep -E '^dev +update' "$TMP/every.err" | awk '{print $3}' | tr '\n' ' ')
 [ "$shown" = "$want" ] || fail "stderr shows dev evaluations at '$shown', expected '$want'"
