@@ -167,9 +167,16 @@ static int say_if_complete(TrainState *s, const Config *cfg, int has_dev, size_t
     return 1;
 }
 
+static void say_at_max_steps(const char *resume_path, long update, long max_steps) {
+    fprintf(stderr, "mha-train: %s is at update %ld, where --max-steps %ld stops; nothing to do "
+            "(a larger --max-steps, or none, goes on)\n", resume_path, update, max_steps);
+}
+
 /* Before any data is read: a finished run says so at once (reading shopping10 alone takes a
- * second), as does one already at the update --max-steps (max_steps > 0) stops at. Anything
- * unexpected in the state is left to the full check after loading (resume_restore). */
+ * second), as does one already at the update --max-steps (max_steps > 0) stops at, at the start
+ * of an epoch (one at an epoch's end may still owe that epoch's evaluation: resume_restore
+ * tells, with the data read). Anything unexpected in the state is left to the full check after
+ * loading (resume_restore). */
 static int complete_before_loading(const Checkpoint *resume, const Config *cfg, const char *resume_path,
                                    long max_steps) {
     TrainState s;
@@ -177,9 +184,8 @@ static int complete_before_loading(const Checkpoint *resume, const Config *cfg, 
     train_state_parse(resume->state_json, cfg, resume_path, &s, &ignore);
     if (!s.progress_known) return 0;
     if (say_if_complete(&s, cfg, cfg->dev[0] != '\0', resume->n_params, NULL, resume_path)) return 1;
-    if (max_steps > 0 && s.update >= max_steps && !s.eval_due) {
-        fprintf(stderr, "mha-train: %s is at update %ld, where --max-steps %ld stops; nothing to do "
-                "(a larger --max-steps, or none, goes on)\n", resume_path, s.update, max_steps);
+    if (max_steps > 0 && s.update >= max_steps && !s.eval_due && s.batch_pos == 0) {
+        say_at_max_steps(resume_path, s.update, max_steps);
         return 1;
     }
     return 0;
@@ -226,7 +232,8 @@ int resume_open(const char *path, long max_steps, const char *const *sets, int n
     return 0;
 }
 
-int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet, int *done, MhaError *err) {
+int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet, long max_steps, int n_batches,
+                   int *done, MhaError *err) {
     const Config *cfg = r->cfg;
     const size_t pbytes = r->model.lay.total * sizeof(float);
     *done = 0;
@@ -274,6 +281,12 @@ int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet
     r->test_reported = s.test_reported;
     r->eval_due = s.eval_due;
     r->metrics_saved_bytes = s.metrics_bytes;
+    /* at --max-steps' update inside an epoch; at its end, the epoch's evaluation is still to do */
+    if (max_steps > 0 && r->update >= max_steps && !r->eval_due && r->epoch < cfg->epochs && r->batch_pos < n_batches) {
+        say_at_max_steps(path, r->update, max_steps);
+        *done = 1;
+        return 0;
+    }
     if (!quiet && r->epoch < cfg->epochs)
         fprintf(stderr, "resuming %s at update %ld (epoch %d, batch %d)\n", path,
                 r->update, r->epoch + 1, r->batch_pos);

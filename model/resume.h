@@ -20,8 +20,10 @@ int resume_open(const char *path, long max_steps, const char *const *sets, int n
                 Checkpoint *resume, int *done, MhaError *err);
 
 /* --resume: the parameters, AdamW moments and training state of the checkpoint into the
- * run (the model and optimizer exist, the data is read). Returns 0 (*done set when the run
- * turns out complete: said, nothing to do) or an exit code with err filled. */
-int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet, int *done, MhaError *err);
+ * run (the model and optimizer exist, the data is read: n_batches a epoch). Returns 0 (*done
+ * set when the run turns out complete, or at --max-steps' update (max_steps > 0) with nothing
+ * owed there: said, nothing to do) or an exit code with err filled. */
+int resume_restore(Run *r, const Checkpoint *resume, const char *path, int quiet, long max_steps, int n_batches,
+                   int *done, MhaError *err);
 
 #endif

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,8 @@ static volatile sig_atomic_t g_finishing;   /* the training is saved: a stop sig
 
 /* What quitting at once says (where the run stands: set_quit_note), in one of two buffers so
  * that the handler never reads one being written; the temporary checkpoint names it removes. */
-static char g_quit_note[2][1200];
-static size_t g_quit_len[2];
+static char g_quit_note[2][2 * 4096 + 512];   /* room for output.dir twice */
+static volatile size_t g_quit_len[2];
 static volatile sig_atomic_t g_quit_current;
 static char g_tmp_names[2][64];   /* ".last.mha.tmp.PID", ".model.mha.tmp.PID" in run_dir_fd() */
 
@@ -48,6 +49,7 @@ static void set_quit_note(const char *fmt, ...) {
     int n = vsnprintf(g_quit_note[next], sizeof g_quit_note[next], fmt, ap);
     va_end(ap);
     g_quit_len[next] = n < 0 ? 0 : (size_t)n < sizeof g_quit_note[next] ? (size_t)n : sizeof g_quit_note[next] - 1;
+    atomic_signal_fence(memory_order_seq_cst);   /* the note and its length before the switch */
     g_quit_current = next;
 }
 
@@ -86,10 +88,17 @@ static void catch_stop_signals(void) {
 
 /* After it (last.mha holds the finished training): they quit at once, saying that --resume
  * does what is left (model.mha, the test report). */
-static void quit_at_once_from_now(const char *out_dir) {
+static void quit_at_once_from_now(const char *out_dir, int has_test) {
     set_quit_note("\nmha-train: quit: the training is done and %s/last.mha holds it; mha-train --resume %s "
-                  "writes what is left (model.mha, the test report)\n", out_dir, out_dir);
+                  "writes what is left (model.mha%s)\n", out_dir, out_dir, has_test ? ", the test report" : "");
     g_finishing = 1;
+}
+
+/* Once the run is complete: they end the process as by default (nothing is left to do). */
+static void release_stop_signals(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (signal(SIGHUP, SIG_DFL) == SIG_IGN) signal(SIGHUP, SIG_IGN);   /* nohup's stays */
 }
 
 static double now_s(void) {
@@ -476,9 +485,9 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
      * started with it ignored (nohup, trap '' HUP): then it stays ignored */
     if (r->update == 0)
         set_quit_note("\nmha-train: quit without saving: no last.mha was written yet\n");
-    else   /* resumed: the last.mha it started from */
-        set_quit_note("\nmha-train: quit without saving: %s/last.mha is from update %ld (mha-train --resume %s/last.mha "
-                      "goes on from there)\n", cfg->out_dir, r->update, cfg->out_dir);
+    else if (opt->resume_path)   /* resumed: the checkpoint it started from (not always the folder's last.mha) */
+        set_quit_note("\nmha-train: quit without saving: %s is from update %ld (mha-train --resume %s goes on from "
+                      "there)\n", opt->resume_path, r->update, opt->resume_path);
     catch_stop_signals();
     const long end = opt->max_steps > 0 && opt->max_steps < r->total_updates ? opt->max_steps : r->total_updates;
     const long every = (end - r->update) / 100;   /* about 100 lines a run (fewer off a terminal: 5 s apart) */
@@ -506,8 +515,10 @@ static int train_epochs(Run *r, Batcher *bt, const TrainOptions *opt, StopReason
             if (cancelled) { *stop = STOP_PAUSED; break; }
             r->eval_due = 0;
             if (check_patience(r)) *stop = STOP_EARLY;
-            else if (opt->max_steps > 0 && r->update >= opt->max_steps) *stop = STOP_PAUSED;
         }
+        /* resumed at --max-steps' update (an epoch's end that owes its evaluation, or after the
+         * evaluation above): nothing more to train here */
+        if (*stop == KEEP_TRAINING && opt->max_steps > 0 && r->update >= opt->max_steps) *stop = STOP_PAUSED;
         /* (an interrupt during the previous epoch's evaluation or save: no update in this one) */
         while (bt->pos < bt->n_batches && *stop == KEEP_TRAINING && !g_interrupted) {
             model_zero_grads(&r->model);
@@ -634,6 +645,12 @@ static int finish_run(Run *r, int quiet, MhaError *err) {
         return mha_fail(err, MHA_EXIT_DATA, "out of memory for a copy of the %zu parameters", r->model.lay.total);
     r->be->to_host(final, r->model.params, pbytes);
     if ((rc = report_test(r, err))) { free(final); return rc; }
+    errno = 0;   /* out before last.mha says it was given: a stop signal after that loses nothing */
+    if (fflush(stdout) != 0 || ferror(stdout)) {   /* a full disk, say: --resume gives it again */
+        free(final);
+        return mha_fail(err, MHA_EXIT_DATA, "cannot write the report to standard output (%s)",
+                        strerror(errno ? errno : EIO));
+    }
     r->test_reported = 1;
     rc = save_checkpoint(r, "last.mha", 1, final, 0, NULL, err);
     free(final);
@@ -740,7 +757,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     run_note_schedule(&r, have_resume);
     if (have_resume) {
         int done;
-        if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, &done, err)) || done) goto out;
+        if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, opt->max_steps, bt.n_batches, &done, err)) || done) goto out;
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
@@ -752,7 +769,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     StopReason stop;
     rc = train_epochs(&r, &bt, opt, &stop, err);
     if (rc || stop == STOP_PAUSED) goto out;
-    quit_at_once_from_now(cfg->out_dir);   /* from here a stop signal quits (checked after: no gap) */
+    quit_at_once_from_now(cfg->out_dir, r.has_test);   /* from here a stop signal quits (checked after: no gap) */
     if (g_interrupted) {   /* came after the last update's step: the training is saved, the rest is not done */
         fprintf(stderr, "interrupted after the last update: %s/last.mha holds the finished training (continue with "
                 "--resume %s/last.mha for model.mha and the test report)\n", cfg->out_dir, cfg->out_dir);
@@ -760,6 +777,7 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
         goto out;
     }
     rc = finish_run(&r, opt->quiet, err);
+    release_stop_signals();
 out:
     if (rc && !have_resume) run_dir_remove_if_unused(cfg->out_dir);
     batcher_free(&bt);

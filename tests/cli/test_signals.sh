@@ -84,8 +84,9 @@ cat >"$TMP/e.json" <<JSON
 JSON
 # interrupt_eval NAME UPDATE WHAT: runs $TMP/NAME.json to its end (the reference), then again,
 # interrupted by SIGINT once update UPDATE's train record is written (its evaluation follows),
-# and resumed: exit 130 at that update, no dev record before the resume, then the same
-# metrics.jsonl and model.mha, byte for byte, as the uninterrupted run.
+# and resumed: exit 130 at that update, no dev record before the resume; a --resume with
+# --max-steps UPDATE does the owed evaluation and stops (before, at an epoch's end: "nothing
+# to do"); then the same metrics.jsonl and model.mha, byte for byte, as the uninterrupted run.
 interrupt_eval() {
   local n=$1 u=$2 what=$3 rc
   "$TRAIN" --config "$TMP/$n.json" --quiet >/dev/null 2>"$TMP/$n-0.err" || fail "$what: $(tail -3 "$TMP/$n-0.err")"
@@ -102,6 +103,9 @@ interrupt_eval() {
   grep -q "interrupted at update $u:" "$TMP/$n-1.err" \
     || fail "$what: not stopped at update $u (the evaluation and the next update ran first): $(tail -3 "$TMP/$n-1.err")"
   ! grep -q '"type":"dev"' "$TMP/$n/metrics.jsonl" || fail "$what, interrupted: a dev record was written"
+  "$TRAIN" --resume "$TMP/$n/last.mha" --max-steps "$u" --quiet >/dev/null 2>"$TMP/$n-s.err" \
+    && [ "$(grep -c '"type":"dev"' "$TMP/$n/metrics.jsonl")" = 1 ] && grep -q "^stopped at update $u:" "$TMP/$n-s.err" \
+    || fail "$what: --resume --max-steps $u did not do the owed evaluation and stop: $(tail -2 "$TMP/$n-s.err")"
   "$TRAIN" --resume "$TMP/$n/last.mha" --quiet >/dev/null 2>"$TMP/$n-2.err" || fail "$what: --resume failed: $(tail -3 "$TMP/$n-2.err")"
   cmp -s "$TMP/$n/metrics.jsonl" "$TMP/$n-metrics.ref" \
     || fail "$what, interrupted and resumed: metrics.jsonl differs from the uninterrupted run's: $(diff "$TMP/$n/metrics.jsonl" "$TMP/$n-metrics.ref")"
