@@ -88,6 +88,10 @@ static int fsync_unsupported(int e) {
     return e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS;
 }
 
+void checkpoint_temp_name(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, ".%s.tmp.%ld", name, (long)getpid());
+}
+
 int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Checkpoint *ck, MhaError *err) {
     unsigned char *vocab = NULL, *labels = NULL;
     size_t vocab_len = 0, labels_len = 0;
@@ -104,7 +108,7 @@ int checkpoint_save_at(int dir_fd, const char *name, const char *path, const Che
     if (ck->origin_json) size += strlen(ck->origin_json);
 
     char tmp[512];   /* .NAME.tmp.PID, inside the folder dir_fd holds */
-    snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", name, (long)getpid());
+    checkpoint_temp_name(tmp, sizeof tmp, name);
     int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = 0;
     if (fd < 0) {

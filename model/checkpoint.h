@@ -36,6 +36,10 @@ typedef struct {
 
 /* Writes ck to path (through .NAME.tmp.PID in the same folder, renamed into place). */
 int checkpoint_save(const char *path, const Checkpoint *ck, MhaError *err);
+/* The temporary file checkpoint_save(_at) writes NAME to before renaming it into place:
+ * ".NAME.tmp.PID" in the same folder (a killed run's are removed by the next one). */
+void checkpoint_temp_name(char *out, size_t cap, const char *name);
+
 /* The same into the folder dir_fd holds open, as name (no '/'): the file lands in that folder
  * even if it was moved or another was made at its old path meanwhile. path names the file
  * in messages only. */

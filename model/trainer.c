@@ -78,8 +78,7 @@ static void on_signal(int sig) {
 
 /* For the training loop: SIGINT, SIGTERM and SIGHUP stop it after a step (on_signal). */
 static void catch_stop_signals(void) {
-    for (int i = 0; i < 2; i++)
-        snprintf(g_tmp_names[i], sizeof g_tmp_names[i], ".%s.tmp.%ld", i ? "model.mha" : "last.mha", (long)getpid());
+    for (int i = 0; i < 2; i++) checkpoint_temp_name(g_tmp_names[i], sizeof g_tmp_names[i], i ? "model.mha" : "last.mha");
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     struct sigaction hup;
