@@ -387,7 +387,13 @@ static int read_examples(Reader *r, MhaError *err) {
      * socket and starts a file over from its beginning) */
     int dup0 = strcmp(r->path, "/dev/stdin") == 0 ? dup(STDIN_FILENO) : -2;
     FILE *f = dup0 == -2 ? fopen(r->path, "rb") : dup0 >= 0 ? fdopen(dup0, "rb") : NULL;
-    if (!f && dup0 >= 0) close(dup0);
+    if (!f && dup0 >= 0) {
+        /* a write-only descriptor 0 is mha_guard_std_fds' stand-in for a closed stdin: said
+         * as the read of a closed stream is said */
+        int e = errno == EINVAL ? EBADF : errno;
+        close(dup0);
+        return mha_fail(err, MHA_EXIT_DATA, "%s: read error (%s)", r->name, strerror(e));
+    }
     if (!f) return mha_fail(err, MHA_EXIT_DATA, "%s: cannot open (%s)", r->name, strerror(errno));
 
     int rc = 0, format = o->format;

@@ -1,8 +1,9 @@
 /* model/config.c: the run configuration. Every key is described once in KEYS[] (name,
  * type, field offset, default, range or allowed values, help); parsing JSON, --set
  * overrides, validation, help and to_json are all driven by that table.
- * Paths in a config file are relative to the file's folder; paths given with --set
- * are relative to the current working directory. Both are stored absolute, so that the
+ * Paths in a config file are relative to the file's folder (to the working directory for a
+ * config read from a pipe); paths given with --set are relative to the current working
+ * directory. Both are stored absolute, so that the
  * config a checkpoint holds means the same from any folder (mha-train --resume). */
 #include "model/config.h"
 #include "data/json_syntax.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- key table */
@@ -830,9 +832,14 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
                      "in that folder from its last.mha; mha-predict --model %s --info --json shows the config it "
                      "holds)", path, dir, path);
     }
-    /* where the working directory cannot be read (removed meanwhile), paths stay relative */
+    /* where the working directory cannot be read (removed meanwhile), paths stay relative;
+     * a config that is no regular file (a pipe: <(...), /dev/stdin) has no folder of its own
+     * (/dev/fd is not one): its paths are relative to the working directory */
     char dir[4096], base[4096], cwd[4096];
-    dir_of(path, dir, sizeof dir);
+    struct stat st;
+    const int from_pipe = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (from_pipe) snprintf(dir, sizeof dir, ".");
+    else dir_of(path, dir, sizeof dir);
     if (absolute_dir(base, sizeof base, dir) != 0) snprintf(base, sizeof base, "%s", dir);
     if (absolute_dir(cwd, sizeof cwd, ".") != 0) snprintf(cwd, sizeof cwd, ".");
     int key_lines[NKEYS] = {0};

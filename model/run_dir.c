@@ -1,6 +1,7 @@
 /* model/run_dir.c: the output folder of a training run: lock, claim, stale temporary
  * checkpoint files, the folder of a last.mha (see run_dir.h). */
 #include "model/run_dir.h"
+#include "model/checkpoint.h"
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -134,6 +135,17 @@ int run_dir_lock(const char *dir, MhaError *err) {
     locked_dir_fd = dir_fd;
     have_locked = 1;
     remove_stale_temp_files(dir);
+    /* a folder the run cannot write in (read-only, or a .lock left by a run that could):
+     * found now, not at the first save an epoch later. A file is made and removed, as the
+     * saves will (access(2) says yes to root on a read-only mount, and knows no quotas) */
+    char probe[64];
+    checkpoint_temp_name(probe, sizeof probe, "write-test");
+    int pfd = openat(dir_fd, probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (pfd < 0)
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot write in the output folder (%s); make it writable "
+                        "(chmod u+w), or set output.dir to another folder", dir, strerror(errno));
+    close(pfd);
+    unlinkat(dir_fd, probe, 0);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
 }
 
@@ -157,10 +169,26 @@ void run_dir_remove_if_unused(const char *dir) {
     remove_made_parents();
 }
 
+/* 0 when path is a regular file with something in it that does not begin as a metrics.jsonl
+ * mha-train wrote ({"type":"); 1 otherwise: such a log, an empty file, or no regular file
+ * (a link to /dev/null, which a user makes to keep no log, is written to as it is) */
+static int metrics_log_replaceable(const char *path) {
+    static const char head[] = "{\"type\":\"";
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 1;
+    char buf[sizeof head] = "";
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof head - 1, f);
+    fclose(f);
+    return n == sizeof head - 1 && memcmp(buf, head, n) == 0;
+}
+
 int run_dir_claim(const char *dir, int overwrite, MhaError *err) {
-    char last[4300], model[4300];
+    char last[4300], model[4300], log[4300];
     snprintf(last, sizeof last, "%s/last.mha", dir);
     snprintf(model, sizeof model, "%s/model.mha", dir);
+    snprintf(log, sizeof log, "%s/metrics.jsonl", dir);
     int has_last = access(last, F_OK) == 0, has_model = access(model, F_OK) == 0;
     if (overwrite) {
         if ((has_last && unlink(last) != 0) || (has_model && unlink(model) != 0))
@@ -174,6 +202,30 @@ int run_dir_claim(const char *dir, int overwrite, MhaError *err) {
     if (has_model)
         return mha_fail(err, MHA_EXIT_USAGE, "%s already holds a trained model (model.mha); choose another "
                         "output.dir, or start over with --overwrite", dir);
+    /* the log of a run that saved no checkpoint (stopped in its first epoch) is replaced, as
+     * that run is started again; a file of that name that is not such a log is the user's */
+    if (!metrics_log_replaceable(log))
+        return mha_fail(err, MHA_EXIT_USAGE, "%s: a file mha-train did not write is in the way of the run's log "
+                        "(it would be replaced); move it, choose another output.dir, or replace it with "
+                        "--overwrite", log);
+    return 0;
+}
+
+int run_dir_check_inputs(const char *dir, const char *const *keys, const char *const *inputs, int n,
+                         MhaError *err) {
+    static const char *const outputs[] = {"last.mha", "model.mha", "metrics.jsonl"};
+    for (int o = 0; o < 3; o++) {
+        char out[4300];
+        struct stat so, si;
+        snprintf(out, sizeof out, "%s/%s", dir, outputs[o]);
+        if (stat(out, &so) != 0) continue;
+        for (int i = 0; i < n; i++)
+            if (inputs[i][0] && stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev &&
+                si.st_ino == so.st_ino)
+                return mha_fail(err, MHA_EXIT_USAGE, "%s %s is where the run writes its %s (output.dir %s): "
+                                "it would write over its own data; move the data file, or set output.dir to "
+                                "another folder", keys[i], inputs[i], outputs[o], dir);
+    }
     return 0;
 }
 

@@ -32,12 +32,19 @@ int run_dir_fd(void);
 void run_dir_remove_if_unused(const char *dir);
 
 /* A new run (--config) in a folder that holds one: refused (MHA_EXIT_USAGE), so that a
- * mistyped command does not replace a trained model.mha and a resumable last.mha. With
+ * mistyped command does not replace a trained model.mha and a resumable last.mha (nor a
+ * metrics.jsonl that is not the log of an earlier run's first epoch). With
  * overwrite (the user starts over) both are removed at once, so neither outlives its run;
  * the trainer does that only once the new run has read its data and built its model, so
  * that a mistake found on the way (a mistyped path, bad data, too little memory) leaves
  * the earlier run whole. */
 int run_dir_claim(const char *dir, int overwrite, MhaError *err);
+
+/* The run's own files in dir (last.mha, model.mha, metrics.jsonl), which it writes over,
+ * must not be any of its inputs (the n paths, "" skipped, named in messages by keys): the
+ * same file (device and inode, so links count) is MHA_EXIT_USAGE naming both. */
+int run_dir_check_inputs(const char *dir, const char *const *keys, const char *const *inputs, int n,
+                         MhaError *err);
 
 /* The canonical absolute folder of an existing file (links resolved: a linked last.mha
  * belongs to the run folder of the file it names) into out (n >= PATH_MAX bytes); 0 on

@@ -288,12 +288,14 @@ static int evaluate_dev(Run *r, int epoch, int quiet, int cancellable, int *canc
     cJSON_AddNumberToObject(rec, "accuracy", metrics_accuracy(&mt));
     cJSON_AddNumberToObject(rec, "macro_f1", metrics_macro_f1(&mt));
     cJSON_AddBoolToObject(rec, "best", improved);
-    log_record(r, rec);
-    if (!quiet)
+    /* model.mha first: the log and the line say "saved" of a file that is there */
+    int rc = improved ? save_checkpoint(r, "model.mha", 0, r->best_params, epoch, &mt, err) : 0;
+    if (!rc) log_record(r, rec);
+    else cJSON_Delete(rec);
+    if (!rc && !quiet)
         fprintf(stderr, "dev   update %ld  loss %.4f  accuracy %.4f  macro-F1 %.4f%s\n", r->update,
                 metrics_loss(&mt), metrics_accuracy(&mt), metrics_macro_f1(&mt),
                 improved ? "  (best, saved model.mha)" : "");
-    int rc = improved ? save_checkpoint(r, "model.mha", 0, r->best_params, epoch, &mt, err) : 0;
     metrics_free(&mt);
     return rc;
 }
@@ -728,6 +730,8 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if ((rc = select_backend(cfg, &r.be, "train.device", err))) goto out;
     if (opt->profile) r.be = profile_backend(r.be);
     if ((rc = run_dir_lock(cfg->out_dir, err))) goto out;
+    const char *data_keys[] = {"data.train", "data.dev", "data.test"}, *data[] = {cfg->train, cfg->dev, cfg->test};
+    if ((rc = run_dir_check_inputs(cfg->out_dir, data_keys, data, 3, err))) goto out;
     /* a new run in a folder holding one: refused here, before the data is read; with
      * --overwrite, the earlier run's checkpoints go only once this run is ready to train */
     if (!have_resume && !opt->overwrite && (rc = run_dir_claim(cfg->out_dir, 0, err))) goto out;

@@ -183,6 +183,8 @@ rc=0; "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/closed" --set train
   || fail "training with stdout closed: exit $rc, $(cat "$TMP/e"), .lock holds $(wc -c <"$TMP/closed/.lock") bytes"
 rc=0; "$PREDICT" --model "$TMP/closed/last.mha" <&- >/dev/null 2>"$TMP/e" || rc=$?
 [ "$rc" = 1 ] && grep -q "<stdin>: read error (Bad file descriptor)" "$TMP/e" || fail "predict with stdin closed: exit $rc, $(cat "$TMP/e")"
+rc=0; "$PREDICT" --model "$TMP/closed/last.mha" --eval - <&- >/dev/null 2>"$TMP/e" || rc=$?
+[ "$rc" = 1 ] && grep -q "<stdin>: read error (Bad file descriptor)" "$TMP/e" || fail "--eval - with stdin closed: exit $rc, $(cat "$TMP/e")"
 rc=0; "$PREDICT" --model "$TMP/closed/last.mha" data/sample/test.tsv >&- 2>"$TMP/e" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot write predictions to standard output" "$TMP/e" || fail "predict with stdout closed: exit $rc, $(cat "$TMP/e")"
 finish

@@ -6,7 +6,8 @@
 #    which only EWOULDBLOCK means;
 #  - fsync failing with EINVAL or ENOTSUP (a file system that cannot sync) does not fail the
 #    saves: the run finishes and its checkpoints load; an fsync that fails with EIO still does,
-#    and the message says the previous checkpoint is untouched only when there was one;
+#    and the message says the previous checkpoint is untouched only when there was one (and
+#    no line or log record says that a model.mha it failed to write was saved);
 #  - the output folder moved (and a new one made at its path) between the trainer's check
 #    and the save: the checkpoint lands in the run's own folder, never in the new one.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -32,6 +33,11 @@ out=$(MHA_FAKE_FSYNC_ERRNO=5 shim "$TRAIN" --config "$TMP/c.json" --quiet 2>&1 >
 [ "$rc" = 1 ] || fail "fsync EIO: exit $rc, expected 1: $out"
 grep -q "cannot write checkpoint (Input/output error)" <<<"$out" || fail "fsync EIO: no error: $out"
 grep -q "untouched" <<<"$out" && fail "fsync EIO with no earlier checkpoint says one is untouched: $out"
+# the failed save was the first model.mha: neither the dev line nor the log says it was saved
+rm -rf "$TMP/run"
+out=$(MHA_FAKE_FSYNC_ERRNO=5 shim "$TRAIN" --config "$TMP/c.json" 2>&1 >/dev/null)
+grep -q "saved model.mha" <<<"$out" && fail "fsync EIO: the dev line says model.mha was saved: $out"
+grep -q '"best":true' "$TMP/run/metrics.jsonl" && fail "fsync EIO: metrics.jsonl marks a best model that was not saved"
 tiny_config "$TMP/c2.json" "$TMP/run2" 2   # 41 updates an epoch: model.mha and last.mha after the first
 "$TRAIN" --config "$TMP/c2.json" --quiet --max-steps 42 >/dev/null 2>&1 || fail "a run without the shim failed"
 out=$(MHA_FAKE_FSYNC_ERRNO=5 shim "$TRAIN" --resume "$TMP/run2/last.mha" --quiet 2>&1 >/dev/null); rc=$?

@@ -277,4 +277,9 @@ HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' -
 "$TRAIN" --config "$TMP/cfg.json" --set output.dir="$TMP/tf32" --set train.device=cpu --set train.tf32=true --max-steps 1 \
   --quiet >/dev/null 2>"$TMP/tf32.err" && grep -q "^mha-train: note: train.tf32 is for CUDA's matrix products; the cpu computes as train.precision says (fp32)$" "$TMP/tf32.err" \
   || fail "train.tf32 on the cpu: no note: $(cat "$TMP/tf32.err")"
+# ---- a config read from a pipe: its relative paths from the working directory (before:
+# from /dev/fd, "cannot open /dev/fd/../data/sample/train.tsv")
+tiny_config "$TMP/abs.json" "$TMP/piped" 1
+"$TRAIN" --config <(sed "s#\"$PWD/#\"#g" "$TMP/abs.json") --max-steps 1 --quiet >/dev/null 2>"$TMP/pipe.err" \
+  && [ -f "$TMP/piped/last.mha" ] || fail "config from a pipe with relative data paths: $(cat "$TMP/pipe.err")"
 finish
