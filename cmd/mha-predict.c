@@ -382,6 +382,11 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     while ((len = line_reader_next(lr, line_max, &truncated)) >= 0) {
         char *line = lr->line;
         line_no++;
+        if (line_no == 1 && is_checkpoint_first_line(line, (size_t)len)) {   /* mha-predict --model M M */
+            rc = mha_fail(err, MHA_EXIT_DATA, "%s: an mha checkpoint, not text to label (the model goes in "
+                          "--model; the input holds one text per line)", name);
+            break;
+        }
         if (line_no == 1 && utf16_bom(line, (size_t)len)) {   /* before any answer: its 0x0A bytes are no line ends */
             rc = mha_fail(err, MHA_EXIT_DATA,
                           "%s: the input is UTF-16 (it starts with the byte-order mark %02X %02X); expected "

@@ -308,6 +308,9 @@ static int clean_line(Reader *r, char *line, size_t got, long line_no, char **ou
     if (len && line[len - 1] == '\r') len--;
     line[len] = '\0';
     char *s = line;
+    if (line_no == 1 && is_checkpoint_first_line(s, len))
+        return mha_fail(err, MHA_EXIT_DATA, "%s: an mha checkpoint, not a file of labelled texts (expected one "
+                        "example per line: 'label<TAB>text', '__label__LABEL text' or " JSONL_SHAPE ")", r->name);
     if (line_no == 1 && utf16_bom(s, len))
         return mha_fail(err, MHA_EXIT_DATA,
                         "%s: the file is UTF-16 (it starts with the byte-order mark %02X %02X); expected "

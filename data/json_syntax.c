@@ -202,3 +202,12 @@ void json_excerpt(char out[32], const char *text, size_t n, size_t at) {
     }
     out[len] = '\0';
 }
+
+long json_nul_escape_at(const char *text, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 6 <= n && memcmp(text + i + 2, "0000", 4) == 0) return (long)i;
+        i++;   /* the escaped character: \\u0000 is a backslash and "u0000" */
+    }
+    return -1;
+}

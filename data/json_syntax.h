@@ -24,4 +24,8 @@ int json_member_line(const char *text, size_t n, int top, int sub);
  * out holds at least 32 bytes. */
 void json_excerpt(char out[32], const char *text, size_t n, size_t at);
 
+/* The byte offset of the first escape \u0000 in text[0..n) (valid JSON, for which cJSON gives
+ * a NUL that ends its C string there, silently cutting the string), or -1 when there is none. */
+long json_nul_escape_at(const char *text, size_t n);
+
 #endif

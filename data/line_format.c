@@ -71,17 +71,6 @@ static const char *json_kind(const cJSON *j) {
     return "invalid";
 }
 
-/* 1 when the JSON text holds the escape \u0000: cJSON decodes it into a NUL that would end
- * the C string there, silently cutting the text. */
-static int json_has_nul_escape(const char *s) {
-    for (; *s; s++) {
-        if (*s != '\\' || !s[1]) continue;
-        if (s[1] == 'u' && strncmp(s + 2, "0000", 4) == 0) return 1;
-        s++;   /* the escaped character: \\u0000 is a backslash and "u0000" */
-    }
-    return 0;
-}
-
 /* label NULL: the label is not read (nor checked). */
 static int parse_json(char *line, char **label, char **text, MhaError *err) {
     size_t room = strlen(line) + 1;
@@ -116,7 +105,7 @@ static int parse_json(char *line, char **label, char **text, MhaError *err) {
         rc = mha_fail(err, MHA_EXIT_DATA, "field \"text\" is %s (expected a string)", json_kind(t));
         goto done;
     }
-    if (json_has_nul_escape(line)) {   /* as a NUL byte: never part of a text */
+    if (json_nul_escape_at(line, room - 1) >= 0) {   /* as a NUL byte: never part of a text */
         rc = mha_fail(err, MHA_EXIT_DATA, "a string holds \\u0000, a NUL character (expected text "
                       "without NUL characters: remove it)");
         goto done;

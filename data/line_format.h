@@ -4,6 +4,8 @@
 #ifndef MHA_DATA_LINE_FORMAT_H
 #define MHA_DATA_LINE_FORMAT_H
 
+#include <string.h>
+
 #include "data/error.h"
 #include <stddef.h>
 
@@ -55,6 +57,12 @@ static inline int is_ascii_number(const char *s) {
     for (; *s; s++)
         if (*s < '0' || *s > '9') return 0;
     return 1;
+}
+
+/* line (len bytes, its newline dropped) is the first line of an mha checkpoint: its magic,
+ * "MHACKPT\n" (model/checkpoint.h), given where text was expected. */
+static inline int is_checkpoint_first_line(const char *line, size_t len) {
+    return len == 7 && memcmp(line, "MHACKPT", 7) == 0;
 }
 
 /* A TSV line of column names, such as "label<TAB>text" or "类别<TAB>评论" (the label and

@@ -534,6 +534,14 @@ static cJSON *parse_json(const char *text, size_t n, const char *loc, MhaError *
         return NULL;
     }
     if (json_syntax_check(text, n, &at, &expected) == 0) {
+        const long nul = json_nul_escape_at(text, n);
+        if (nul >= 0) {   /* cJSON would end the string there: a path or name silently cut short */
+            int line = 1;
+            for (long i = 0; i < nul; i++) line += text[i] == '\n';
+            failf(err, NULL, "%s:%d: a string holds \\u0000, a NUL character (expected names and paths "
+                  "without one: remove it)", loc, line);
+            return NULL;
+        }
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
         if (root) return root;

@@ -380,4 +380,11 @@ tr '\t' , <data/sample/dev.tsv >"$TMP/dev.csv"
 expect_exit 1 "^mha-predict: error: $TMP/dev.csv:1: cannot tell the format: .*; the line looks like CSV \(comma-separated\), and mha reads TSV: convert simple CSV with sed 's/,/.t/' FILE > NEW \(the first comma of each line becomes a tab; for quoted fields use Python's csv module\)$" \
   "$PREDICT" --model "$M" --eval "$TMP/dev.csv"
 sed 's/,/\t/' "$TMP/dev.csv" | cmp -s - data/sample/dev.tsv || fail "the suggested sed command does not turn the CSV back into the TSV"
+# a checkpoint given as the input (mha-predict --model M M): said before any answer (before: one
+# answer per 0x0A byte of it, and a note about NUL bytes and UTF-16, exit 0); --eval too
+out=$("$PREDICT" --model "$M" "$M" 2>"$TMP/ck.err"); rc=$?
+[ "$rc" = 1 ] && [ -z "$out" ] && grep -q "^mha-predict: error: $M: an mha checkpoint, not text to label (the model goes in --model" "$TMP/ck.err" \
+  || fail "a checkpoint as input: exit $rc, $(wc -l <<<"$out") lines out: $(cat "$TMP/ck.err")"
+expect_exit 1 "^mha-predict: error: <stdin>: an mha checkpoint, not text to label" "$PREDICT" --model "$M" - <"$M"
+expect_exit 1 "^mha-predict: error: $M: an mha checkpoint, not a file of labelled texts" "$PREDICT" --model "$M" --eval "$M"
 finish

@@ -414,6 +414,18 @@ static void test_invalid_json(void) {
     CHECK_MSG(e, "c.json:1: invalid JSON near '\"t'");
     /* a byte order mark is accepted */
     CHECK(load_text(&c, "\xEF\xBB\xBF{\"data\": {\"train\": \"t\"}}", NULL, 0, &e) == 0);
+    /* \u0000 in a path, a value or a section name: refused at its line (before: cJSON's NUL
+     * cut the string, so "t.tsv\u0000junk" trained on t.tsv and "model\u0000zz" was model) */
+    const char *nuls[3] = {"{\"data\": {\"train\": \"t.tsv\\u0000junk\"}}",
+                           "{\"data\": {\"train\": \"t\"},\n \"data\": {\"format\": \"tsv\\u0000x\"}}",
+                           "{\"data\": {\"train\": \"t\"},\n\n \"model\\u0000zz\": {}}"};
+    for (int v = 0; v < 3; v++) {
+        CHECK(load_text(&c, nuls[v], NULL, 0, &e) == MHA_EXIT_USAGE);
+        snprintf(want, sizeof want, "c.json:%d: a string holds \\u0000, a NUL character", v + 1);
+        CHECK_MSG(e, want);
+    }
+    /* an escaped backslash before u0000 is text, not the escape */
+    CHECK(load_text(&c, "{\"data\": {\"train\": \"t\\\\u0000\"}}", NULL, 0, &e) == 0);
 }
 
 static void test_round_trip(void) {
