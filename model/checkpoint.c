@@ -1,5 +1,6 @@
 /* model/checkpoint.c: writing (atomically) and reading (defensively) checkpoints. */
 #include "model/checkpoint.h"
+#include <cjson/cJSON.h>
 #include "model/params.h"
 #include "data/little_endian.h"
 #include <errno.h>
@@ -367,9 +368,18 @@ out:
 
 int checkpoint_config(const Checkpoint *ck, Config *cfg, const char *path, MhaError *err) {
     if (config_from_json(cfg, ck->config_json, "", err) == 0) return 0;
-    char inner[1800];
-    snprintf(inner, sizeof inner, "%.1700s", err->msg);
-    return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)", path, inner);
+    char inner[1500], by[320] = "";
+    snprintf(inner, sizeof inner, "%.1400s", err->msg);
+    /* a key, section or value this mha does not know: most likely a setting of a newer mha,
+     * whose name ORIGIN holds (files without it: only the message) */
+    cJSON *origin = ck->origin_json ? cJSON_Parse(ck->origin_json) : NULL;
+    const cJSON *writer = cJSON_GetObjectItemCaseSensitive(origin, "mha");
+    if (cJSON_IsString(writer) && writer->valuestring &&
+        (strstr(inner, "unknown key") || strstr(inner, "unknown section") || strstr(inner, "is not allowed")))
+        snprintf(by, sizeof by, "; the file was written by mha %.100s: a setting this mha does not know is "
+                 "likely one of a newer mha, so read it with that one", writer->valuestring);
+    cJSON_Delete(origin);
+    return mha_fail(err, MHA_EXIT_DATA, "%s: the stored config is not valid (%s)%s", path, inner, by);
 }
 
 int checkpoint_check_layout(const Checkpoint *ck, const Config *cfg, const char *path, MhaError *err) {
