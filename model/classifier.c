@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Dropout sites draw independent streams from the step's seed: the embedding sum, then in
  * each layer the attention probabilities, the output projection and the feed-forward's. */
@@ -116,14 +117,45 @@ static const char *human_bytes(char *buf, size_t len, size_t bytes) {
     return buf;
 }
 
+/* The advice follows what takes the memory: the parameters (and their gradients), which only
+ * a smaller model shrinks, or the activations of a batch. */
 static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
-    char one[32], all[32];
+    char one[32], all[32], par[32];
+    const size_t param_bytes = m->lay.total * sizeof(float) * (m->forward_only ? 1 : 2);
+    const int model_bound = 2 * param_bytes >= A->total;
+    const char *smaller = model_bound ? "model.d_model, model.d_ff, model.n_layers or data.max_vocab"
+                          : m->forward_only ? "mha-predict --batch-size" : "train.batch_size or data.max_len";
     return mha_fail(err, MHA_EXIT_DATA,
                     "%s backend: out of memory allocating %s, one buffer of the %s a model with %d "
-                    "layer%s needs at batch %d x %d tokens (try a smaller %s)",
+                    "layer%s needs at batch %d x %d tokens, %s of it for its %zu parameters%s (try a smaller %s)",
                     m->be->name, human_bytes(one, sizeof one, A->bytes), human_bytes(all, sizeof all, A->total),
-                    m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax,
-                    m->forward_only ? "mha-predict --batch-size" : "train.batch_size or data.max_len");
+                    m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax, human_bytes(par, sizeof par, param_bytes),
+                    m->lay.total, m->forward_only ? "" : " and their gradients", smaller);
+}
+
+/* The cpu backend's buffers are address space that the kernel may overcommit: a model whose
+ * buffers each fit but together exceed the machine's memory would be killed by the OOM killer
+ * once touched (exit 137, without a word). Counted with what training adds (AdamW's two
+ * moments and the copy of the best parameters) and refused before anything is touched. */
+static int exceeds_host_memory(const Model *m, const Allocator *A, MhaError *err) {
+    if (strcmp(m->be->name, "cpu") != 0) return 0;   /* a device allocation fails when it does not fit */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    const double host = (double)pages * (double)page, params = (double)m->lay.total * sizeof(float);
+    const double need = (double)A->total + (m->forward_only ? 0.0 : 3.0 * params);
+    if (need <= host) return 0;
+    char n[32], h[32], p[32];
+    const int model_bound = params * (m->forward_only ? 1 : 5) * 2 >= need;
+    return mha_fail(err, MHA_EXIT_DATA,
+                    "%s backend: a model with %d layer%s at batch %d x %d tokens needs %s of memory, more than "
+                    "this machine's %s (%s of it for its %zu parameters%s; try a smaller %s)",
+                    m->be->name, m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax,
+                    human_bytes(n, sizeof n, need > (double)SIZE_MAX ? SIZE_MAX : (size_t)need),
+                    human_bytes(h, sizeof h, (size_t)host), human_bytes(p, sizeof p, (size_t)params),
+                    m->lay.total, m->forward_only ? "" : ", 5 times that with their gradients, AdamW's moments and "
+                    "the best model's copy",
+                    model_bound ? "model.d_model, model.d_ff, model.n_layers or data.max_vocab"
+                    : m->forward_only ? "mha-predict --batch-size" : "train.batch_size or data.max_len");
 }
 
 static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
@@ -153,8 +185,8 @@ static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int
     }
     alloc_forward(m, &A);
     if (!forward_only) alloc_backward(m, &A);
-    if (A.failed) {
-        int rc = out_of_memory(m, &A, err);
+    if (A.failed || exceeds_host_memory(m, &A, err)) {
+        int rc = A.failed ? out_of_memory(m, &A, err) : MHA_EXIT_DATA;
         model_destroy(m);
         return rc;
     }

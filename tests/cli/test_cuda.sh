@@ -32,7 +32,7 @@ fi
 
 # A model too large for any GPU: exit 1, the size asked and what to lower (nothing trained; its
 # batch: the 654 training examples, not the 4096 asked)
-expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 654 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
+expect_exit 1 "cuda backend: out of memory allocating [0-9.]+ [A-Za-z]+, one buffer of the [0-9.]+ TiB a model with 1 layer needs at batch 654 x 65536 tokens, .* \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.device=cuda --set output.dir="$TMP/oom" --set train.batch_size=4096 \
     --set data.max_len=65536 --set model.d_model=2048 --set model.n_heads=8 --set model.d_ff=4096 --quiet
 

@@ -142,9 +142,29 @@ expect_exit 1 "too short" "$PREDICT" --model "$TMP/empty.mha"
 # (under AddressSanitizer, whose limit is 1 TiB, the 2 TiB request must return NULL rather
 # than abort).
 ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
-expect_exit 1 "out of memory allocating 327.0 GiB, one buffer of the .* needs at batch 654 x 65536 tokens \(try a smaller train.batch_size or data.max_len\)" \
+expect_exit 1 "out of memory allocating 327.0 GiB, one buffer of the .* needs at batch 654 x 65536 tokens, [0-9.]+ GiB of it for its [0-9]+ parameters and their gradients \(try a smaller train.batch_size or data.max_len\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.batch_size=4096 --set data.max_len=65536 --set model.d_model=2048 \
     --set model.n_heads=8 --set model.d_ff=4096 --quiet
+# ... and where the parameters take the memory, a smaller model is what to try (before: the batch,
+# already 1 x 8 tokens): 1024 layers of width 4096 (825 GiB of parameters, one buffer)
+ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
+expect_exit 1 "needs at batch 1 x 8 tokens, .* for its [0-9]+ parameters and their gradients \(try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab\)" \
+    "$TRAIN" --config "$TMP/c.json" --set train.batch_size=1 --set data.max_len=8 --set model.d_model=4096 \
+    --set model.n_heads=8 --set model.d_ff=16384 --set model.n_layers=1024 --quiet
+# Buffers that each fit in memory but together do not: refused before they are touched (before:
+# the OOM killer ended the run, exit 137, without a word). Layers of 12.6M parameters (50 MiB),
+# as many as make the parameters 55% of the machine's memory (with their gradients: 110%).
+# Without meson's MALLOC_PERTURB_, which has glibc fill every allocation: that would touch them.
+mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+layers=$(( (mem_kib * 1024 / 100 * 55) / (12594176 * 4) + 1 ))
+if [ -n "$mem_kib" ] && [ "$layers" -le 1024 ]; then
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" MALLOC_PERTURB_=0 \
+  expect_exit 1 "cpu backend: a model with $layers layers at batch 1 x 8 tokens needs [0-9.]+ GiB of memory, more than this machine's [0-9.]+ GiB \(.*try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab\)" \
+    "$TRAIN" --config "$TMP/c.json" --set train.batch_size=1 --set data.max_len=8 --set model.d_model=1024 \
+    --set model.n_heads=8 --set model.d_ff=4096 --set "model.n_layers=$layers" --quiet
+else
+  echo "skipped the memory-sum check: a machine of ${mem_kib:-?} KiB needs more than 1024 layers"
+fi
 # Non-finite training: updates are skipped with a warning, then the run stops (exit 1)
 # without writing a checkpoint of diverged parameters.
 out=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/div" --set train.lr=1e6 --set train.clip_norm=0 2>&1 >/dev/null); rc=$?
