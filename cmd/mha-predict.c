@@ -662,7 +662,9 @@ static int parse_long_option(Args *a, int argc, char **argv, int *i) {
     if (!eq && *i + 1 >= argc) return usage_error("%s needs a value", name);
     if (a->given & (1u << k)) return usage_error("%s is given twice; give it once", name);
     a->given |= 1u << k;
-    return set_value(a, name, eq ? eq + 1 : argv[++*i]);
+    const char *v = eq ? eq + 1 : argv[++*i];
+    if (!*v) return usage_error("%s needs a value (got an empty one)", name);   /* --model "" */
+    return set_value(a, name, v);
 }
 
 static int parse_args(Args *a, int argc, char **argv) {

@@ -118,6 +118,7 @@ int main(int argc, char **argv) {
         else if (option_index(a) >= 0 && option_index(a) < N_VALUE_OPTIONS) {
             if (!has_value) { free(sets); return usage_error("%s needs a value", a); }
             const char *v = eq_value ? eq_value : argv[++i];
+            if (!*v) { free(sets); return usage_error("%s needs a value (got an empty one)", a); }   /* --config "" */
             const int k = option_index(a);
             if (strcmp(a, "--set") && (given & (1u << k))) { free(sets); return usage_error("%s is given twice; give it once", a); }
             given |= 1u << k;

@@ -482,11 +482,34 @@ static int set_from_json(Config *c, const KeyDesc *k, const cJSON *j, const char
     return 0;
 }
 
+/* A number as a person types it: [+-] digits [. digits] [e [+-] digits], or [+-] . digits [...];
+ * no spaces, hexadecimal, inf or nan (which strtod would take). */
+static int is_decimal_number(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    int digits = 0;
+    while (*s >= '0' && *s <= '9') s++, digits++;
+    if (*s == '.') {
+        s++;
+        while (*s >= '0' && *s <= '9') s++, digits++;
+    }
+    if (!digits) return 0;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-') s++;
+        if (!(*s >= '0' && *s <= '9')) return 0;
+        while (*s >= '0' && *s <= '9') s++;
+    }
+    return *s == '\0';
+}
+
 /* A --set value: numbers must be the whole string; paths are relative to cwd (the
  * working directory, not the config file's folder). */
 static int set_from_text(Config *c, const KeyDesc *k, const char *value, const char *cwd,
                          const char *loc, MhaError *err) {
     char *end;
+    if ((k->type == T_INT || k->type == T_FLOAT) && !is_decimal_number(value))   /* no "0x10", " 1", "inf" */
+        return failf(err, loc, "key '%s': expected %s, got '%s'", k->name,
+                     k->type == T_INT ? "an integer" : "a number", value);
     switch (k->type) {
     case T_INT: {
         errno = 0;
@@ -507,6 +530,7 @@ static int set_from_text(Config *c, const KeyDesc *k, const char *value, const c
         double v = strtod(value, &end);
         if (!value[0] || *end || end == value || isnan(v))
             return failf(err, loc, "key '%s': expected a number, got '%s'", k->name, value);
+        if (errno == ERANGE) return range_error(err, loc, k, value);   /* 1e-400 is not 0, nor 1e400 inf */
         return set_number(c, k, v, value, loc, err);
     }
     case T_BOOL:

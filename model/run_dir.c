@@ -96,6 +96,9 @@ int run_dir_lock(const char *dir, MhaError *err) {
     if (!created_dir && errno != EEXIST) {
         int e = errno;
         remove_made_parents();
+        if (e == ENOTDIR)   /* output.dir = afile/sub: the same mistake as output.dir = afile */
+            return mha_fail(err, MHA_EXIT_USAGE, "%s: output.dir goes through a file, not a folder (choose "
+                            "another output.dir)", dir);
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(e));
     }
     struct stat st;

@@ -196,6 +196,11 @@ expect_exit 2 "key 'output.dir' is empty" "$TRAIN" --config "$TMP/c.json" --set 
 touch "$TMP/afile"
 expect_exit 2 "$TMP/afile: output.dir names a file, not a folder \(choose another output.dir\)" \
   "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile"
+expect_exit 2 "$TMP/afile/sub/run: output.dir goes through a file, not a folder \(choose another output.dir\)" \
+  "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile/sub/run"   # (before: exit 1)
+# an empty value is no value (before: "--model ''" read as a checkpoint path, exit 1)
+expect_exit 2 "^mha-predict: --model needs a value \(got an empty one\)" "$PREDICT" --model '' -
+expect_exit 2 "^mha-train: --config needs a value \(got an empty one\)" "$TRAIN" --config ''
 # standard output closed: the report fails loudly, and nothing lands in a file the run opened
 # (before: the test report was written into OUTPUT_DIR/.lock, exit 0)
 rc=0; "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/closed" --set train.epochs=1 --quiet >&- 2>"$TMP/e" || rc=$?

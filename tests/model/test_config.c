@@ -224,6 +224,20 @@ static void test_overrides(void) {
     const char *bad8[] = {"model.d_model=99999999999"};
     CHECK(load_text(&c, MIN_CFG, bad8, 1, &e) == MHA_EXIT_USAGE);
     CHECK_MSG(e, "key 'model.d_model'");
+    /* numbers as written in decimal only (strtod took hexadecimal and leading spaces, and
+     * 1e-400 was said as "0 is out of range") */
+    const char *not_numbers[] = {"train.epochs=0x2", "train.lr=0x1p-8", "train.epochs= 1", "train.epochs=1 ",
+                                 "train.lr=inf", "train.lr=1e", "train.lr=.", "train.lr=+"};
+    for (int i = 0; i < 8; i++) {
+        CHECK(load_text(&c, MIN_CFG, &not_numbers[i], 1, &e) == MHA_EXIT_USAGE);
+        CHECK_MSG(e, strstr(not_numbers[i], "epochs") ? "expected an integer, got '" : "expected a number, got '");
+    }
+    const char *tiny[] = {"train.lr=1e-400"};
+    CHECK(load_text(&c, MIN_CFG, tiny, 1, &e) == MHA_EXIT_USAGE);
+    CHECK_MSG(e, "--set: key 'train.lr': 1e-400 is out of range (allowed: > 0)");
+    const char *fine[] = {"train.lr=.001", "train.weight_decay=+0.5", "train.epochs=2E0"};
+    CHECK(load_text(&c, MIN_CFG, fine, 3, &e) == 0);
+    CHECK(c.lr == 0.001f && c.weight_decay == 0.5f && c.epochs == 2);
 }
 
 static void test_errors(void) {
