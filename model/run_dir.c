@@ -142,7 +142,7 @@ int run_dir_lock(const char *dir, MhaError *err) {
      * found now, not at the first save an epoch later. A file is made and removed, as the
      * saves will (access(2) says yes to root on a read-only mount, and knows no quotas) */
     char probe[64];
-    checkpoint_temp_name(probe, sizeof probe, "write-test");
+    checkpoint_temp_name(probe, sizeof probe, "write-test.mha");   /* a stray one is removed as stale */
     int pfd = openat(dir_fd, probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (pfd < 0)
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot write in the output folder (%s); make it writable "
