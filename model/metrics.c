@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 int metrics_init(Metrics *m, int K) { return metrics_init_unknown(m, K, 0); }
 
@@ -79,30 +80,39 @@ double metrics_macro_f1(const Metrics *m) {
     return used ? sum / used : 0.0;
 }
 
-/* Display width of UTF-8 text: CJK (3-byte and wider sequences) count two columns. */
+/* Display width of UTF-8 text in terminal columns, as utf8proc gives it per character: 2 for
+ * East Asian wide and fullwidth characters (CJK), 0 for combining marks, joiners and variation
+ * selectors, else 1; a byte that does not decode counts 1. */
 static int display_width(const char *s) {
     int w = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        if (*p < 0x80) { w++; p++; }
-        else if (*p < 0xE0) { w++; p += 2; }
-        else if (*p < 0xF0) { w += 2; p += 3; }
-        else { w += 2; p += 4; }
+    for (const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s; *p;) {
+        utf8proc_int32_t c;
+        const utf8proc_ssize_t n = utf8proc_iterate(p, -1, &c);   /* stops at the NUL: never past it */
+        if (n <= 0) { w++; p++; continue; }
+        const int cw = utf8proc_charwidth(c);
+        w += cw > 0 ? cw : 0;
+        p += n;
     }
     return w;
 }
 
+static void pad_to(FILE *out, int used, int width) {
+    for (int i = used; i < width; i++) fputc(' ', out);
+}
+
 static void pad_print(FILE *out, const char *s, int width) {
     fputs(s, out);
-    for (int i = display_width(s); i < width; i++) fputc(' ', out);
+    pad_to(out, display_width(s), width);
 }
 
 #define UNKNOWN_MARK " (unknown)"   /* after the name of a gold label the model does not know */
 
-/* names[k], and UNKNOWN_MARK for a class the model does not know, padded to width columns */
+/* names[k] whole, and UNKNOWN_MARK for a class the model does not know, padded to width columns */
 static void name_print(FILE *out, const Metrics *m, char *const *names, int k, int width) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s%s", names[k], k >= m->K_model ? UNKNOWN_MARK : "");
-    pad_print(out, buf, width);
+    const char *mark = k >= m->K_model ? UNKNOWN_MARK : "";
+    fputs(names[k], out);
+    fputs(mark, out);
+    pad_to(out, display_width(names[k]) + (int)strlen(mark), width);
 }
 
 void metrics_print(const Metrics *m, char *const *names, FILE *out) {

@@ -2,10 +2,16 @@
  * loss, per-class precision/recall/F1/support, macro-F1 over the classes that occur (in the
  * truth or the predictions), the JSON form, and the text report's layout (CJK labels are two
  * columns wide: every row of the confusion matrix lines up with its header); gold labels the
- * model does not know (sklearn's convention: classes of their own, recall 0, in macro-F1). */
+ * model does not know (sklearn's convention: classes of their own, recall 0, in macro-F1);
+ * names of other widths (combining marks, half-width kana) and longer than any buffer. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* wcwidth */
+#endif
 #include "model/metrics.h"
 #include "tests/test_util.h"
 #include <cjson/cJSON.h>
+#include <locale.h>
+#include <wchar.h>
 
 static int near(double a, double b) { return fabs(a - b) < 1e-12; }
 
@@ -177,9 +183,64 @@ static void test_unknown(void) {
     metrics_free(&m);
 }
 
+/* Width in terminal columns by the C library's own tables (wcwidth, a UTF-8 locale), which
+ * the report's widths (utf8proc's) are checked against; -1 where that locale is missing. */
+static int libc_columns(const char *s, size_t n) {
+    mbstate_t st;
+    memset(&st, 0, sizeof st);
+    int w = 0;
+    for (size_t i = 0; i < n;) {
+        wchar_t wc;
+        size_t k = mbrtowc(&wc, s + i, n - i, &st);
+        if (k == (size_t)-1 || k == (size_t)-2 || k == 0) return -1;
+        int cw = wcwidth(wc);
+        w += cw > 0 ? cw : 0;
+        i += k;
+    }
+    return w;
+}
+
+/* Class names of other widths than 1 or 2 columns a character (combining marks, half-width
+ * kana, symbols of 3 bytes and 1 column) line up, and a name longer than any buffer is printed
+ * whole (before: cut at 1023 bytes mid-character, and read past the buffer). */
+static void test_wide_and_long_names(void) {
+    if (!setlocale(LC_CTYPE, "C.UTF-8")) {
+        fprintf(stderr, "test_metrics: no C.UTF-8 locale; the width check is skipped\n");
+        return;
+    }
+    char longname[3100] = "a";
+    for (int i = 0; i < 1000; i++) strcat(longname, "体");
+    enum { K = 6 };
+    char *names[K] = {"\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35", "cafe\u0301", "\u20acuro\u2014\u2026",
+                      "\uff76\uff9e", longname, "unknown-one"};
+    Metrics m;
+    metrics_init_unknown(&m, K - 1, 1);
+    for (int t = 0; t < K; t++) metrics_add(&m, t, t % (K - 1), 0.5);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    metrics_print(&m, names, f);
+    fclose(f);
+    CHECK(strstr(text, longname) != NULL, "the %zu-byte class name is not printed whole", strlen(longname));
+    CHECK(strstr(text, "unknown-one (unknown)") != NULL, "no unknown mark:\n%s", text);
+    const char *cls = strstr(text, "class");
+    int tw = -1;
+    for (int i = 0; cls && i <= K; i++) {
+        const char *end = strchr(cls, '\n');
+        int w = libc_columns(cls, (size_t)(end - cls));
+        if (i == 0) tw = w;
+        CHECK(w == tw, "per-class line %d is %d columns wide, the header %d: %.80s", i, w, tw, cls);
+        cls = end + 1;
+    }
+    setlocale(LC_CTYPE, "C");
+    free(text);
+    metrics_free(&m);
+}
+
 int main(void) {
     test_values();
     test_layout();
+    test_wide_and_long_names();
     test_unknown();
     return test_finish("test_metrics");
 }
