@@ -373,6 +373,8 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     int swap_checked = 0;
     int truncated, write_failed = 0, rc = 0;
     long len;
+    char *fix = NULL;   /* a line's text with its invalid UTF-8 replaced (3 x its bytes at most) */
+    size_t fix_cap = 0;
     MhaError e;
     /* data.max_line_bytes bounds a line's text, as in training; the raw line may be longer
      * by its label and JSON's escapes (\uXXXX: 6 bytes for a 2- or 3-byte character, 12 for
@@ -424,7 +426,26 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             label_is_class += l;
             if (t && !l && !first_swapped) first_swapped = line_no;
         }
-        if (text && strlen(text) > text_max) {
+        /* as training and --eval read it: bad bytes become U+FFFD, then the text is cut (a cut
+         * first would back over a run of stray continuation bytes and the character before) */
+        size_t tlen = text ? strlen(text) : 0;
+        int fixed = 0;
+        if (text && utf8_check(text, tlen) < tlen) {
+            if (fix_cap < 3 * tlen + 1) {
+                free(fix);
+                fix_cap = 3 * tlen + 1;
+                if (!(fix = malloc(fix_cap))) {
+                    fix_cap = 0;
+                    rc = mha_fail(err, MHA_EXIT_DATA, "%s:%ld: out of memory reading a line", name, line_no);
+                    break;
+                }
+            }
+            tlen = utf8_replace_invalid(text, tlen, fix, 0);
+            fix[tlen] = '\0';
+            text = fix;
+            fixed = 1;
+        }
+        if (text && tlen > text_max) {
             text[utf8_cut(text, text_max)] = '\0';
             truncated = 1;
         }
@@ -432,7 +453,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
         int known;
         if ((rc = chunk_add(&c, p->ck.vocab, text ? text : "", &p->ro.tok, name, line_no, &known, err))) break;
         unknown_lines += known == 0;
-        if (c.toks.replaced && bad_utf8_lines++ == 0)
+        if ((fixed || c.toks.replaced) && bad_utf8_lines++ == 0)
             fprintf(stderr, "mha-predict: %s:%ld: invalid UTF-8 (bad bytes are read as U+FFFD; the "
                     "model expects UTF-8: if the input is GBK, convert it with iconv -f GBK -t UTF-8); "
                     "further such lines are counted\n", name, line_no);
@@ -473,6 +494,7 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
     int read_error = lr->error;
     free(lr->line);
     free(lr);
+    free(fix);
     free(probs);
     token_list_free(&c.toks);
     dataset_free(&c.ds);

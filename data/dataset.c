@@ -214,6 +214,22 @@ typedef struct {
 /* One parsed line as an example of r->d: its label resolved (interned while training, looked
  * up in r->labels otherwise), its text cut to max_line_bytes and tokenised, its tokens
  * interned or looked up. */
+/* How much of a label a message shows (with "%.*s"): all of it, or its first 200 bytes cut
+ * back to a character boundary (never half a character in a message). */
+static int label_shown(const char *label) {
+    const size_t n = strlen(label);
+    return (int)(n <= 200 ? n : utf8_cut(label, 200));
+}
+
+/* The length of a Unicode line break that starts s (U+0085 NEL, U+2028, U+2029), or 0: what
+ * readers that split on them (Python's splitlines, editors) take for a line's end. */
+static size_t unicode_line_break(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[0] == 0xC2 && u[1] == 0x85) return 2;
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 3;
+    return 0;
+}
+
 static int add_example(Reader *r, long line_no, const char *label, const char *text,
                        size_t tlen, TokenList *tl, MhaError *err) {
     Dataset *d = r->d;
@@ -223,11 +239,18 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
      * character, which the reports could not show */
     const int new_label = label && (r->train || (r->labels && o->keep_unknown_labels &&
                                                  labelmap_find(r->labels, label) < 0));
-    for (const char *c = label; new_label && *c; c++)
+    for (const char *c = label; new_label && *c; c++) {
         if ((unsigned char)*c < 0x20 || *c == 0x7F)
-            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.200s' holds the control character 0x%02X "
+            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the control character 0x%02X "
                             "(expected a label of printable text: a tab or line break would break the "
-                            "one-line-per-text output)", r->name, line_no, label, (unsigned char)*c);
+                            "one-line-per-text output)", r->name, line_no, label_shown(label), label,
+                            (unsigned char)*c);
+        if (unicode_line_break(c))
+            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the line break U+%s (expected a "
+                            "label of printable text: a line break would break the one-line-per-text output)",
+                            r->name, line_no, label_shown(label), label,
+                            (unsigned char)c[0] == 0xC2 ? "0085" : c[2] == '\xA8' ? "2028" : "2029");
+    }
     if (label && r->train) {
         lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));
         if (lab < 0) return oom(err, r->name);
@@ -264,8 +287,8 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
             labelmap_list(r->labels, known, sizeof known);
             const char *hint = strstr(label, "\xEF\xBF\xBD") ? "; the label " GBK_LABEL_HINT : "";
             return mha_fail(err, MHA_EXIT_DATA,
-                            "%s:%ld: label '%.200s' does not occur in the training set (known labels: %s)%s",
-                            r->name, line_no, label, known, hint);
+                            "%s:%ld: label '%.*s' does not occur in the training set (known labels: %s)%s",
+                            r->name, line_no, label_shown(label), label, known, hint);
         }
     }
     if (o->max_line_bytes > 0 && tlen > (size_t)o->max_line_bytes) {

@@ -387,4 +387,12 @@ out=$("$PREDICT" --model "$M" "$M" 2>"$TMP/ck.err"); rc=$?
   || fail "a checkpoint as input: exit $rc, $(wc -l <<<"$out") lines out: $(cat "$TMP/ck.err")"
 expect_exit 1 "^mha-predict: error: <stdin>: an mha checkpoint, not text to label" "$PREDICT" --model "$M" - <"$M"
 expect_exit 1 "^mha-predict: error: $M: an mha checkpoint, not a file of labelled texts" "$PREDICT" --model "$M" --eval "$M"
+# a line over data.max_line_bytes whose bad bytes come at the cut: replaced, then cut, as training
+# and --eval read it (before: the cut came first and backed over the stray continuation bytes
+# and the character before them, leaving "ab" of "abc" + 1.1 MB of 0x80, and no invalid-UTF-8 note)
+{ printf 'abc'; head -c 1100000 /dev/zero | tr '\0' '\200'; printf '\n'; } >"$TMP/cont.txt"
+n=$("$PREDICT" --model "$M" --attention --input-format plain "$TMP/cont.txt" 2>"$TMP/cont.err" \
+  | python3 -c 'import json, sys; print(len(json.loads(sys.stdin.readline())["tokens"]))')
+[ "${n:-0}" -gt 1 ] && grep -q "invalid UTF-8" "$TMP/cont.err" \
+  || fail "a long line with bad bytes at the cut: $n tokens (expected abc and U+FFFD ones), $(cat "$TMP/cont.err")"
 finish

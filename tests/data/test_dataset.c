@@ -714,6 +714,30 @@ static void test_unknown_labels(void) {
     rc = dataset_load(ctl, &ko, v, &lm, &dd, &err);
     CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, ":2: label 'x\ny' holds the control character 0x0A"),
           "control character in an unknown label: %s", err.msg);
+    /* ... nor a Unicode line break (before: accepted; the output then split into more lines for
+     * readers that break on them) */
+    const char *breaks[3][2] = {{"\\u0085", "0085"}, {"\\u2028", "2028"}, {"\\u2029", "2029"}};
+    for (int i = 0; i < 3; i++) {
+        char text[200], want[120];
+        snprintf(text, sizeof text, "{\"label\": \"a\", \"text\": \"好\"}\n{\"label\": \"x%sy\", \"text\": \"好\"}\n",
+                 breaks[i][0]);
+        const char *lb = put("u_break.jsonl", text, strlen(text));
+        rc = dataset_load(lb, &ko, v, &lm, &dd, &err);
+        snprintf(want, sizeof want, ":2: label 'x%sy' holds the line break U+%s",
+                 i == 0 ? "\xC2\x85" : i == 1 ? "\xE2\x80\xA8" : "\xE2\x80\xA9", breaks[i][1]);
+        CHECK(rc == MHA_EXIT_DATA && strstr(err.msg, want), "line break U+%s in a label: %s", breaks[i][1], err.msg);
+    }
+    /* a long label in a message is cut at a character boundary (before: at byte 200, mid-character) */
+    char longlabel[400] = "{\"label\": \"a";
+    for (int i = 0; i < 100; i++) strcat(longlabel, "体");
+    strcat(longlabel, "\", \"text\": \"好\"}\n");
+    ReadOptions strict = o;
+    strict.keep_unknown_labels = 0;
+    rc = dataset_load(put("u_long.jsonl", longlabel, strlen(longlabel)), &strict, v, &lm, &dd, &err);
+    const char *q = strstr(err.msg, "label '");
+    const char *endq = q ? strchr(q + 7, '\'') : NULL;
+    CHECK(rc == MHA_EXIT_DATA && endq && (endq - (q + 7)) == 1 + 3 * 66,
+          "a long label is not cut at a character boundary (1 + 3 x 66 bytes): %s", err.msg);
     dataset_free(&d);
     vocab_free(v);
     labelmap_free(&lm);
