@@ -1,5 +1,6 @@
 /* model/run_data.c: a training run's data (run_data.h): the training, dev and test files read
- * and checked (labels that look swapped or like ids, a class of one example, dev or test sets
+ * and checked (labels that look swapped or like ids, a class of one example, classes whose
+ * names differ only in case or width, dev or test sets
  * that repeat the training data), the statistics and notes printed before the first update,
  * and the notes on settings that the data makes odd (a warmup longer than the run, dev-set
  * options without a dev set). */
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 /* A note when 1% or more of the training examples repeat an earlier one token for token (they
  * weigh more), with the texts whose copies disagree on the label. Silent when out of memory. */
@@ -102,6 +104,44 @@ static int check_labels(const char *path, const Dataset *d, const LabelMap *labe
     return 0;
 }
 
+typedef struct { char *key; int k; } LabelKey;
+
+static int by_key(const void *a, const void *b) {
+    const LabelKey *x = a, *y = b;
+    const int c = strcmp(x->key, y->key);
+    return c ? c : x->k - y->k;
+}
+
+/* Text is read NFKC-normalised and case-folded, labels as they are written: a note for classes
+ * whose names differ only in case, width (ＡＢ, AB), composition (NFC and NFD é) or invisible
+ * characters (ZWSP), which are separate classes however alike they look. Silent when out of
+ * memory. */
+static void note_lookalike_labels(const char *path, const LabelMap *labels) {
+    LabelKey *keys = calloc((size_t)labels->n, sizeof *keys);
+    int n = 0;
+    for (int k = 0; keys && k < labels->n; k++) {
+        utf8proc_uint8_t *key = NULL;
+        if (utf8proc_map((const utf8proc_uint8_t *)labels->names[k], 0, &key,
+                         UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_COMPAT | UTF8PROC_COMPOSE |
+                         UTF8PROC_CASEFOLD | UTF8PROC_IGNORE) >= 0)
+            keys[n++] = (LabelKey){(char *)key, k};
+    }
+    if (keys) qsort(keys, (size_t)n, sizeof *keys, by_key);
+    int shown = 0, pairs = 0;
+    for (int i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1].key, keys[i].key) != 0) continue;
+        if (pairs++ >= 3) continue;
+        const char *a = labels->names[keys[i - 1].k], *b = labels->names[keys[i].k];
+        fprintf(stderr, "%s'%.*s' and '%.*s'", shown++ ? ", " : "mha-train: note: the classes ", label_shown(a), a,
+                label_shown(b), b);
+    }
+    if (pairs)
+        fprintf(stderr, "%s in %s differ only in case, width, composition or invisible characters; they are "
+                "separate classes (make their labels the same to merge them)\n", pairs > 3 ? ", ..." : "", path);
+    for (int i = 0; i < n; i++) free(keys[i].key);
+    free(keys);
+}
+
 /* A dev or test file's class that the training set lacks: what to do, after the reader's
  * error (which names the line and the known labels). rc passes through. */
 static int unknown_class_hint(int rc, MhaError *err) {
@@ -143,6 +183,7 @@ int run_load_data(Run *r, const Checkpoint *resume, MhaError *err) {
         return mha_fail(err, MHA_EXIT_DATA, "%s: every example has the label '%s' (expected at least 2 "
                         "classes to tell apart)", c->train, r->labels.names[0]);
     if (!resume && (rc = check_labels(c->train, &r->train, &r->labels, err))) return rc;
+    if (!resume) note_lookalike_labels(c->train, &r->labels);
     note_repeats(c->train, &r->train);
     if (c->dev[0]) {
         if ((rc = dataset_load(c->dev, &ro, r->vocab, &r->labels, &r->dev, err))) return unknown_class_hint(rc, err);

@@ -282,4 +282,12 @@ HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' -
 tiny_config "$TMP/abs.json" "$TMP/piped" 1
 "$TRAIN" --config <(sed "s#\"$PWD/#\"#g" "$TMP/abs.json") --max-steps 1 --quiet >/dev/null 2>"$TMP/pipe.err" \
   && [ -f "$TMP/piped/last.mha" ] || fail "config from a pipe with relative data paths: $(cat "$TMP/pipe.err")"
+# ---- class names that differ only in case, width or composition: a note (text is read
+# NFKC-normalised and case-folded, labels as written; before: silently separate classes)
+{ for i in 1 2 3; do printf 'Sport\t体育比赛%s\nsport\t足球%s\ncaf\xc3\xa9\t咖啡%s\ncafe\xcc\x81\t好%s\n' $i $i $i $i; done; } >"$TMP/look.tsv"
+"$TRAIN" --config "$TMP/cfg.json" --set data.train="$TMP/look.tsv" --set data.dev= --set data.test= \
+  --set output.dir="$TMP/look" --max-steps 1 --quiet >/dev/null 2>"$TMP/look.err"
+grep "note: the classes .*'Sport' and 'sport'.* in $TMP/look.tsv differ only in case, width, composition or invisible characters" "$TMP/look.err" \
+  | grep -q "'caf[^']*' and 'caf" \
+  || fail "look-alike class names: no note: $(cat "$TMP/look.err")"
 finish
