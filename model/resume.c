@@ -17,7 +17,9 @@ char *train_state_json(const Run *r) {
     cJSON_AddNumberToObject(o, "epoch", r->epoch);
     cJSON_AddNumberToObject(o, "batch_pos", r->batch_pos);
     cJSON_AddNumberToObject(o, "adam_t", r->adamw.t);
-    cJSON_AddNumberToObject(o, "best_metric", r->best_metric);
+    if (isfinite(r->best_metric)) cJSON_AddNumberToObject(o, "best_metric", r->best_metric);
+    else   /* JSON has no NaN or infinity (cJSON writes null): kept as text, to come back exactly */
+        cJSON_AddStringToObject(o, "best_metric", isnan(r->best_metric) ? "nan" : r->best_metric > 0 ? "inf" : "-inf");
     cJSON_AddNumberToObject(o, "best_update", (double)r->best_update);
     cJSON_AddNumberToObject(o, "evals_since_best", r->evals_since_best);
     cJSON_AddNumberToObject(o, "bad_steps", r->bad_steps);
@@ -42,7 +44,7 @@ typedef struct {
     long update;
     int epoch, batch_pos, adam_t;
     double best_metric;
-    long best_update;              /* -1: no usable best (none yet, or best_metric not finite) */
+    long best_update;              /* -1: no best yet */
     int evals_since_best, bad_steps;
     double seconds_trained;        /* "elapsed"; 0 unless a finite number >= 0 */
     long metrics_bytes;            /* metrics.jsonl's size at the save; -1: unknown */
@@ -105,8 +107,14 @@ static int train_state_parse(const char *json, const Config *cfg, const char *pa
     s->epoch = (int)ep;
     s->batch_pos = (int)pos;
     s->adam_t = (int)t;
-    s->best_metric = json_num(o, "best_metric", 0);
-    s->best_update = isfinite(s->best_metric) ? (long)bu : -1;
+    /* a best that is NaN or infinite (a dev loss that overflowed) as the run had it: "nan", "inf",
+     * "-inf", or null from builds that wrote cJSON's null for them (NaN then: the likelier) */
+    const cJSON *bm = cJSON_GetObjectItemCaseSensitive(o, "best_metric");
+    s->best_metric = cJSON_IsNumber(bm) ? bm->valuedouble : cJSON_IsNull(bm) ? NAN
+                     : cJSON_IsString(bm) && bm->valuestring ? (!strcmp(bm->valuestring, "inf") ? INFINITY
+                                                               : !strcmp(bm->valuestring, "-inf") ? -INFINITY : NAN)
+                     : 0;
+    s->best_update = (long)bu;
     s->evals_since_best = (int)esb;
     s->bad_steps = (int)bad;
     s->seconds_trained = json_num(o, "elapsed", 0);
@@ -118,9 +126,10 @@ static int train_state_parse(const char *json, const Config *cfg, const char *pa
     if (s->has_fingerprint) snprintf(s->train_fingerprint, sizeof s->train_fingerprint, "%s", fp->valuestring);
     s->train_examples = json_num(o, "train_examples", -1);
     /* a run killed during its test report has test_reported false; checkpoints written before
-     * it existed count as reported */
+     * it existed count as reported. Kept as stored (false without a test set, as the run that
+     * wrote it has it), so that a resumed run saves the same state */
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "test_reported");
-    s->test_reported = !(cfg->test[0] && cJSON_IsBool(tr) && !cJSON_IsTrue(tr));
+    s->test_reported = !(cJSON_IsBool(tr) && !cJSON_IsTrue(tr));
     s->eval_due = cfg->dev[0] && cfg->eval_every > 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "eval_due"));
     cJSON_Delete(o);
     return failed ? MHA_EXIT_DATA : 0;
@@ -132,7 +141,7 @@ static int train_state_parse(const char *json, const Config *cfg, const char *pa
  * model.mha or during the test report is not complete: resuming it does what is left. */
 static int run_complete(const TrainState *s, const Config *cfg, int has_dev, int best_saved) {
     return (s->epoch >= cfg->epochs || (cfg->patience > 0 && s->evals_since_best >= cfg->patience)) &&
-           (s->best_update >= 0 || (!has_dev && best_saved)) && s->test_reported;
+           (s->best_update >= 0 || (!has_dev && best_saved)) && (!cfg->test[0] || s->test_reported);
 }
 
 static void say_complete(const char *resume_path, long update, int all_epochs, const char *best_path) {

@@ -199,4 +199,25 @@ pid=$!
 sleep 1
 expect_exit 1 "another mha-train" "$TRAIN" --resume "$TMP/int/last.mha" --quiet
 kill -INT $pid; wait $pid || true
+# The training state a resumed run saves is the uninterrupted run's (helper-80): without a test
+# set, test_reported stays false (before: a resume made it true); a best dev metric that is NaN
+# or infinite comes back as it was (before: cJSON wrote null, read back as 0, which later
+# evaluations compare against differently than against -inf)
+state_field() { grep -a "\"$2\":" "$1" | tr -d ' \t'; }
+tiny_config "$TMP/nt.json" "$TMP/nt_a" 2
+sed -i 's#"test": "[^"]*",##' "$TMP/nt.json"
+"$TRAIN" --config "$TMP/nt.json" --quiet >/dev/null 2>&1 || fail "no-test run failed"
+"$TRAIN" --config "$TMP/nt.json" --set output.dir="$TMP/nt_b" --max-steps 5 --quiet >/dev/null 2>&1
+"$TRAIN" --resume "$TMP/nt_b" --quiet >/dev/null 2>&1 || fail "no-test resume failed"
+[ "$(state_field "$TMP/nt_a/last.mha" test_reported)" = "$(state_field "$TMP/nt_b/last.mha" test_reported)" ] \
+  || fail "without a test set, a resumed run's test_reported differs: $(state_field "$TMP/nt_b/last.mha" test_reported)"
+for leg in a b; do
+  steps=(); [ $leg = b ] && steps=(--max-steps 50)
+  "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/nan_$leg" --set train.lr=1e20 --set train.max_bad_steps=1000 \
+    --set train.metric=loss --quiet "${steps[@]}" >/dev/null 2>&1
+done
+"$TRAIN" --resume "$TMP/nan_b" --quiet >/dev/null 2>&1
+want=$(state_field "$TMP/nan_a/last.mha" best_metric)
+[ -n "$want" ] && [ "$want" = "$(state_field "$TMP/nan_b/last.mha" best_metric)" ] \
+  || fail "best_metric after a resume: $(state_field "$TMP/nan_b/last.mha" best_metric), uninterrupted: $want"
 finish
