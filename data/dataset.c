@@ -89,10 +89,9 @@ void dataset_unknown_labels_summary(const Dataset *d, int max_shown, char *buf, 
         }
         used[best] = 1;
         const char *name = dataset_unknown_label(d, best, NULL);
-        size_t len = strlen(name);
-        int cut = (int)(len > 60 ? utf8_cut(name, 60) : len);
+        const int cut = utf8_shown(name, 60);
         w += (size_t)snprintf(buf + w, w < cap ? cap - w : 0, "%s'%.*s%s' (%ld line%s)", shown ? ", " : "", cut,
-                              name, (size_t)cut < len ? "..." : "", best_count, best_count == 1 ? "" : "s");
+                              name, name[cut] ? "..." : "", best_count, best_count == 1 ? "" : "s");
     }
     if (n > shown && w < cap) snprintf(buf + w, cap - w, ", and %d more", n - shown);
 }
@@ -214,13 +213,6 @@ typedef struct {
 /* One parsed line as an example of r->d: its label resolved (interned while training, looked
  * up in r->labels otherwise), its text cut to max_line_bytes and tokenised, its tokens
  * interned or looked up. */
-/* How much of a label a message shows (with "%.*s"): all of it, or its first 200 bytes cut
- * back to a character boundary (never half a character in a message). */
-static int label_shown(const char *label) {
-    const size_t n = strlen(label);
-    return (int)(n <= 200 ? n : utf8_cut(label, 200));
-}
-
 /* The length of a Unicode line break that starts s (U+0085 NEL, U+2028, U+2029), or 0: what
  * readers that split on them (Python's splitlines, editors) take for a line's end. */
 static size_t unicode_line_break(const char *s) {
@@ -243,12 +235,12 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
         if ((unsigned char)*c < 0x20 || *c == 0x7F)
             return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the control character 0x%02X "
                             "(expected a label of printable text: a tab or line break would break the "
-                            "one-line-per-text output)", r->name, line_no, label_shown(label), label,
+                            "one-line-per-text output)", r->name, line_no, utf8_shown(label, 200), label,
                             (unsigned char)*c);
         if (unicode_line_break(c))
             return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the line break U+%s (expected a "
                             "label of printable text: a line break would break the one-line-per-text output)",
-                            r->name, line_no, label_shown(label), label,
+                            r->name, line_no, utf8_shown(label, 200), label,
                             (unsigned char)c[0] == 0xC2 ? "0085" : c[2] == '\xA8' ? "2028" : "2029");
     }
     if (label && r->train) {
@@ -288,7 +280,7 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
             const char *hint = strstr(label, "\xEF\xBF\xBD") ? "; the label " GBK_LABEL_HINT : "";
             return mha_fail(err, MHA_EXIT_DATA,
                             "%s:%ld: label '%.*s' does not occur in the training set (known labels: %s)%s",
-                            r->name, line_no, label_shown(label), label, known, hint);
+                            r->name, line_no, utf8_shown(label, 200), label, known, hint);
         }
     }
     if (o->max_line_bytes > 0 && tlen > (size_t)o->max_line_bytes) {

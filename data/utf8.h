@@ -7,6 +7,7 @@
 #define MHA_DATA_UTF8_H
 
 #include <stddef.h>
+#include <string.h>
 
 /* The length, at most n, at which s can be cut without splitting a character: n backed up
  * over continuation bytes (10xxxxxx), so that s[result] starts a character (or result is
@@ -14,6 +15,13 @@
 static inline size_t utf8_cut(const char *s, size_t n) {
     while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
     return n;
+}
+
+/* How much of s a message shows (with "%.*s"): all of it, or its first max bytes cut back to a
+ * character boundary (never half a character in a message). */
+static inline int utf8_shown(const char *s, size_t max) {
+    const size_t n = strlen(s);
+    return (int)(n <= max ? n : utf8_cut(s, max));
 }
 
 /* The length of the blank character that starts s (a NUL-terminated string), or 0: ASCII

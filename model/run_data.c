@@ -42,12 +42,6 @@ static void note_overlap(const Run *r, const char *path, const Dataset *d) {
             o.same_label);
 }
 
-/* A label for messages: at most 60 bytes, whole characters. */
-static int label_shown(const char *name) {
-    size_t len = strlen(name);
-    return (int)(len > 60 ? utf8_cut(name, 60) : len);
-}
-
 /* The training labels. Label and text swapped (a "class" per example) trains a useless model
  * without complaint: refused when more than half of the examples (and more than 20) have a
  * label no other example has; said to be a first column of ids when those labels are numbers
@@ -71,13 +65,13 @@ static int check_labels(const char *path, const Dataset *d, const LabelMap *labe
             return mha_fail(err, MHA_EXIT_DATA,
                             "%s: %d of %d examples have a label no other example has, a number (e.g. "
                             "'%.*s'): is the first column an id? (expected the label first: 'label<TAB>text'; "
-                            "'cut -f2- %s > NEW' drops a first column)", path, alone, d->n, label_shown(name),
+                            "'cut -f2- %s > NEW' drops a first column)", path, alone, d->n, utf8_shown(name, 60),
                             name, path);
         return mha_fail(err, MHA_EXIT_DATA,
                         "%s: %d of %d examples have a label no other example has (e.g. '%.*s'); are the "
                         "label and the text swapped? (expected a short label first: 'label<TAB>text', "
                         "'__label__LABEL text' or {\"label\": ..., \"text\": ...})", path, alone, d->n,
-                        label_shown(name), name);
+                        utf8_shown(name, 60), name);
     }
     if (alone == 1) {
         int i = 0;
@@ -86,16 +80,16 @@ static int check_labels(const char *path, const Dataset *d, const LabelMap *labe
         if (i == 0)   /* the file's first example */
             fprintf(stderr, "mha-train: note: %s:%d: the class '%.*s' has this one example: a line of column names? "
                     "(a first line such as 'label<TAB>text' is skipped; delete the line otherwise)\n", path,
-                    d->line_no[i], label_shown(name), name);
+                    d->line_no[i], utf8_shown(name, 60), name);
         else
             fprintf(stderr, "mha-train: note: %s:%d: the class '%.*s' has this one example: too few to learn; a "
-                    "mistyped label?\n", path, d->line_no[i], label_shown(name), name);
+                    "mistyped label?\n", path, d->line_no[i], utf8_shown(name, 60), name);
     } else if (alone > 1) {
         fprintf(stderr, "mha-train: note: %s: %d classes have a single example, too few to learn (", path, alone);
         for (int i = 0, shown = 0; i < d->n && shown < 3; i++) {
             if (count[d->labels[i]] != 1) continue;
             const char *name = labels->names[d->labels[i]];
-            fprintf(stderr, "%s'%.*s' on line %d", shown ? ", " : "", label_shown(name), name, d->line_no[i]);
+            fprintf(stderr, "%s'%.*s' on line %d", shown ? ", " : "", utf8_shown(name, 60), name, d->line_no[i]);
             shown++;
         }
         fprintf(stderr, "%s); mistyped labels?\n", alone > 3 ? ", ..." : "");
@@ -132,8 +126,8 @@ static void note_lookalike_labels(const char *path, const LabelMap *labels) {
         if (strcmp(keys[i - 1].key, keys[i].key) != 0) continue;
         if (pairs++ >= 3) continue;
         const char *a = labels->names[keys[i - 1].k], *b = labels->names[keys[i].k];
-        fprintf(stderr, "%s'%.*s' and '%.*s'", shown++ ? ", " : "mha-train: note: the classes ", label_shown(a), a,
-                label_shown(b), b);
+        fprintf(stderr, "%s'%.*s' and '%.*s'", shown++ ? ", " : "mha-train: note: the classes ", utf8_shown(a, 60), a,
+                utf8_shown(b, 60), b);
     }
     if (pairs)
         fprintf(stderr, "%s in %s differ only in case, width, composition or invisible characters; they are "
