@@ -431,6 +431,10 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
         size_t tlen = text ? strlen(text) : 0;
         int fixed = 0;
         if (text && utf8_check(text, tlen) < tlen) {
+            /* only what the cut keeps: text_max bytes of it come from at most text_max bytes of the
+             * line (a replacement is never shorter than what it replaces); 4 more, so that a
+             * character the prefix ends inside lands after the cut (the buffer: 3 x that at most) */
+            if (tlen > text_max + 4) tlen = text_max + 4;
             if (fix_cap < 3 * tlen + 1) {
                 free(fix);
                 fix_cap = 3 * tlen + 1;

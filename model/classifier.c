@@ -133,29 +133,27 @@ static int out_of_memory(const Model *m, const Allocator *A, MhaError *err) {
                     m->lay.total, m->forward_only ? "" : " and their gradients", smaller);
 }
 
-/* The cpu backend's buffers are address space that the kernel may overcommit: a model whose
- * buffers each fit but together exceed the machine's memory would be killed by the OOM killer
- * once touched (exit 137, without a word). Counted with what training adds (AdamW's two
- * moments and the copy of the best parameters) and refused before anything is touched. */
-static int exceeds_host_memory(const Model *m, const Allocator *A, MhaError *err) {
-    if (strcmp(m->be->name, "cpu") != 0) return 0;   /* a device allocation fails when it does not fit */
+/* The cpu backend's buffers are address space that the kernel may overcommit. Training
+ * touches all of its parameters' memory: the parameters, their gradients, AdamW's two moments
+ * and the copy of the best parameters, 5 times the parameters' bytes; buffers that each fit
+ * but together exceed the machine's memory would be killed by the OOM killer once touched
+ * (exit 137, without a word), so that is refused before anything is touched. The activations
+ * are not counted: a batch touches them only up to its longest example, which data.max_len
+ * bounds far above in most runs. */
+static int exceeds_host_memory(const Model *m, MhaError *err) {
+    if (m->forward_only || strcmp(m->be->name, "cpu") != 0) return 0;   /* a device allocation fails when it does not fit */
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return 0;
     const double host = (double)pages * (double)page, params = (double)m->lay.total * sizeof(float);
-    const double need = (double)A->total + (m->forward_only ? 0.0 : 3.0 * params);
-    if (need <= host) return 0;
-    char n[32], h[32], p[32];
-    const int model_bound = params * (m->forward_only ? 1 : 5) * 2 >= need;
+    if (5.0 * params <= host) return 0;
+    char n[32], h[32];
     return mha_fail(err, MHA_EXIT_DATA,
-                    "%s backend: a model with %d layer%s at batch %d x %d tokens needs %s of memory, more than "
-                    "this machine's %s (%s of it for its %zu parameters%s; try a smaller %s)",
-                    m->be->name, m->d.L, m->d.L == 1 ? "" : "s", m->Bmax, m->Tmax,
-                    human_bytes(n, sizeof n, need > (double)SIZE_MAX ? SIZE_MAX : (size_t)need),
-                    human_bytes(h, sizeof h, (size_t)host), human_bytes(p, sizeof p, (size_t)params),
-                    m->lay.total, m->forward_only ? "" : ", 5 times that with their gradients, AdamW's moments and "
-                    "the best model's copy",
-                    model_bound ? "model.d_model, model.d_ff, model.n_layers or data.max_vocab"
-                    : m->forward_only ? "mha-predict --batch-size" : "train.batch_size or data.max_len");
+                    "%s backend: training a model of %zu parameters (%d layer%s) needs %s for them, their "
+                    "gradients, AdamW's two moments and the best model's copy, more than this machine's %s of "
+                    "memory (try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab)",
+                    m->be->name, m->lay.total, m->d.L, m->d.L == 1 ? "" : "s",
+                    human_bytes(n, sizeof n, 5.0 * params > (double)SIZE_MAX ? SIZE_MAX : (size_t)(5.0 * params)),
+                    human_bytes(h, sizeof h, (size_t)host));
 }
 
 static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int Tmax,
@@ -185,7 +183,7 @@ static int create(Model *m, const ModelDims *d, const Backend *be, int Bmax, int
     }
     alloc_forward(m, &A);
     if (!forward_only) alloc_backward(m, &A);
-    if (A.failed || exceeds_host_memory(m, &A, err)) {
+    if (A.failed || exceeds_host_memory(m, err)) {
         int rc = A.failed ? out_of_memory(m, &A, err) : MHA_EXIT_DATA;
         model_destroy(m);
         return rc;

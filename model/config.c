@@ -2,7 +2,7 @@
  * type, field offset, default, range or allowed values, help); parsing JSON, --set
  * overrides, validation, help and to_json are all driven by that table.
  * Paths in a config file are relative to the file's folder (to the working directory for a
- * config read from a pipe); paths given with --set are relative to the current working
+ * config read from a pipe, <(...)); paths given with --set are relative to the current working
  * directory. Both are stored absolute, so that the
  * config a checkpoint holds means the same from any folder (mha-train --resume). */
 #include "model/config.h"
@@ -434,6 +434,8 @@ static int set_number(Config *c, const KeyDesc *k, double v, const char *text,
         *KEY_INT(c, k) = (int)v;
     } else {
         if (!isfinite(v) || fabs(v) > FLT_MAX) return range_error(err, loc, k, text);
+        if (v != 0 && (float)v == 0)   /* (else said as "0 is out of range" by the checks after) */
+            return failf(err, loc, "key '%s': %s is too small for a float (it would be 0)", k->name, text);
         *KEY_FLOAT(c, k) = (float)v;
     }
     return 0;
@@ -864,14 +866,18 @@ int config_load(Config *c, const char *path, const char *const *overrides, int n
                      "in that folder from its last.mha; mha-predict --model %s --info --json shows the config it "
                      "holds)", path, dir, path);
     }
-    /* where the working directory cannot be read (removed meanwhile), paths stay relative;
-     * a config that is no regular file (a pipe: <(...), /dev/stdin) has no folder of its own
-     * (/dev/fd is not one): its paths are relative to the working directory */
-    char dir[4096], base[4096], cwd[4096];
-    struct stat st;
-    const int from_pipe = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
-    if (from_pipe) snprintf(dir, sizeof dir, ".");
-    else dir_of(path, dir, sizeof dir);
+    /* where the working directory cannot be read (removed meanwhile), paths stay relative.
+     * A config named through /dev or /proc (/dev/stdin, <(...)'s /dev/fd/N) is not in that
+     * folder: relative to the folder of the file it stands for (/dev/stdin < cfg/c.json: cfg),
+     * or, for a pipe, which has none, to the working directory */
+    char dir[4096], base[4096], cwd[4096], real[PATH_MAX];
+    if (strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/", 6) == 0) {
+        struct stat st;
+        if (realpath(path, real) && stat(real, &st) == 0 && S_ISREG(st.st_mode)) dir_of(real, dir, sizeof dir);
+        else snprintf(dir, sizeof dir, ".");
+    } else {
+        dir_of(path, dir, sizeof dir);
+    }
     if (absolute_dir(base, sizeof base, dir) != 0) snprintf(base, sizeof base, "%s", dir);
     if (absolute_dir(cwd, sizeof cwd, ".") != 0) snprintf(cwd, sizeof cwd, ".");
     int key_lines[NKEYS] = {0};

@@ -102,7 +102,7 @@ int run_dir_lock(const char *dir, MhaError *err) {
         return mha_fail(err, MHA_EXIT_DATA, "%s: cannot create output folder (%s)", dir, strerror(e));
     }
     struct stat st;
-    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))   /* path: without trailing slashes ("afile/") */
         return mha_fail(err, MHA_EXIT_USAGE, "%s: output.dir names a file, not a folder (choose another "
                         "output.dir)", dir);
     /* the folder this run holds, opened once: its lock file is made in it and the saves go
@@ -143,10 +143,13 @@ int run_dir_lock(const char *dir, MhaError *err) {
      * saves will (access(2) says yes to root on a read-only mount, and knows no quotas) */
     char probe[64];
     checkpoint_temp_name(probe, sizeof probe, "write-test.mha");   /* a stray one is removed as stale */
-    int pfd = openat(dir_fd, probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (pfd < 0)
-        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot write in the output folder (%s); make it writable "
-                        "(chmod u+w), or set output.dir to another folder", dir, strerror(errno));
+    int pfd = openat(dir_fd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (pfd < 0) {   /* (O_TRUNC, not O_EXCL: one left by a killed run of this PID, as in a container) */
+        const int e = errno;
+        return mha_fail(err, MHA_EXIT_DATA, "%s: cannot write in the output folder (%s)%s", dir, strerror(e),
+                        e == EACCES || e == EPERM ? "; make it writable (chmod u+w), or set output.dir to another folder"
+                        : e == EROFS ? "; it is on a read-only file system: set output.dir to another folder" : "");
+    }
     close(pfd);
     unlinkat(dir_fd, probe, 0);
     return 0;  /* fd stays open on purpose: the lock lives as long as the process */
@@ -207,10 +210,14 @@ int run_dir_claim(const char *dir, int overwrite, MhaError *err) {
                         "output.dir, or start over with --overwrite", dir);
     /* the log of a run that saved no checkpoint (stopped in its first epoch) is replaced, as
      * that run is started again; a file of that name that is not such a log is the user's */
-    if (!metrics_log_replaceable(log))
+    if (!metrics_log_replaceable(log)) {
+        if (access(log, R_OK) != 0)
+            return mha_fail(err, MHA_EXIT_DATA, "%s: cannot read it to tell whether it is an earlier run's log (%s); "
+                            "move it, choose another output.dir, or replace it with --overwrite", log, strerror(errno));
         return mha_fail(err, MHA_EXIT_USAGE, "%s: a file mha-train did not write is in the way of the run's log "
                         "(it would be replaced); move it, choose another output.dir, or replace it with "
                         "--overwrite", log);
+    }
     return 0;
 }
 

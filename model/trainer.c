@@ -271,7 +271,8 @@ static int evaluate_dev(Run *r, int epoch, int quiet, int cancellable, int *canc
     if (erc == EVAL_CANCELLED) { *cancelled = 1; return 0; }
     if (erc != EVAL_OK) return eval_no_memory(r, c->dev, err);
     double value = metric_value(c, &mt);
-    int improved = r->best_update < 0 || value > r->best_metric;
+    /* a NaN best (a dev loss that overflowed, or a legacy null read back) is beaten by anything */
+    int improved = r->best_update < 0 || isnan(r->best_metric) || value > r->best_metric;
     if (improved) {
         r->best_metric = value;
         r->best_update = r->update;

@@ -151,20 +151,28 @@ ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" \
 expect_exit 1 "needs at batch 1 x 8 tokens, .* for its [0-9]+ parameters and their gradients \(try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.batch_size=1 --set data.max_len=8 --set model.d_model=4096 \
     --set model.n_heads=8 --set model.d_ff=16384 --set model.n_layers=1024 --quiet
-# Buffers that each fit in memory but together do not: refused before they are touched (before:
+# Parameter buffers that each fit in memory but, with what training adds (gradients, AdamW's
+# moments, the best copy: 5 x the parameters), do not: refused before they are touched (before:
 # the OOM killer ended the run, exit 137, without a word). Layers of 12.6M parameters (50 MiB),
-# as many as make the parameters 55% of the machine's memory (with their gradients: 110%).
-# Without meson's MALLOC_PERTURB_, which has glibc fill every allocation: that would touch them.
+# as many as make the parameters 24% of the machine's memory. Where the kernel refuses the
+# address space itself (vm.overcommit_memory=2, a ulimit -v), the allocation fails first: the
+# out-of-memory message, which then names the model too. Without meson's MALLOC_PERTURB_, which
+# has glibc fill every allocation: that would touch them.
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-layers=$(( (mem_kib * 1024 / 100 * 55) / (12594176 * 4) + 1 ))
+layers=$(( (mem_kib * 1024 / 100 * 24) / (12594176 * 4) + 1 ))
 if [ -n "$mem_kib" ] && [ "$layers" -le 1024 ]; then
   ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1" MALLOC_PERTURB_=0 \
-  expect_exit 1 "cpu backend: a model with $layers layers at batch 1 x 8 tokens needs [0-9.]+ GiB of memory, more than this machine's [0-9.]+ GiB \(.*try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab\)" \
+  expect_exit 1 "cpu backend: (training a model of [0-9]+ parameters \($layers layers\) needs [0-9.]+ GiB for them, their gradients, AdamW's two moments and the best model's copy, more than this machine's [0-9.]+ GiB of memory|out of memory allocating .*) \(try a smaller model.d_model, model.d_ff, model.n_layers or data.max_vocab\)" \
     "$TRAIN" --config "$TMP/c.json" --set train.batch_size=1 --set data.max_len=8 --set model.d_model=1024 \
     --set model.n_heads=8 --set model.d_ff=4096 --set "model.n_layers=$layers" --quiet
 else
   echo "skipped the memory-sum check: a machine of ${mem_kib:-?} KiB needs more than 1024 layers"
 fi
+# ... but not the activations, which a batch touches only up to its longest example: a long
+# data.max_len on short texts trains (the first version of the check refused this, counting
+# 64 x 32768 tokens of activations against the memory; MALLOC_PERTURB_ would touch them all)
+MALLOC_PERTURB_=0 "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/longmax" --set data.max_len=32768 --set train.batch_size=64 \
+  --max-steps 1 --quiet >/dev/null 2>"$TMP/longmax.err" || fail "data.max_len 32768 on short texts: $(tail -1 "$TMP/longmax.err")"
 # Non-finite training: updates are skipped with a warning, then the run stops (exit 1)
 # without writing a checkpoint of diverged parameters.
 out=$("$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/div" --set train.lr=1e6 --set train.clip_norm=0 2>&1 >/dev/null); rc=$?
@@ -198,6 +206,7 @@ expect_exit 2 "$TMP/afile: output.dir names a file, not a folder \(choose anothe
   "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile"
 expect_exit 2 "$TMP/afile/sub/run: output.dir goes through a file, not a folder \(choose another output.dir\)" \
   "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile/sub/run"   # (before: exit 1)
+expect_exit 2 "$TMP/afile/: output.dir names a file, not a folder" "$TRAIN" --config "$TMP/c.json" --set output.dir="$TMP/afile/"
 # an empty value is no value (before: "--model ''" read as a checkpoint path, exit 1)
 expect_exit 2 "^mha-predict: --model needs a value \(got an empty one\)" "$PREDICT" --model '' -
 expect_exit 2 "^mha-train: --config needs a value \(got an empty one\)" "$TRAIN" --config ''

@@ -282,6 +282,12 @@ HOME="$TMP/home" "$TRAIN" --config "$TMP/cfg.json" --set output.dir='~/runs/t' -
 tiny_config "$TMP/abs.json" "$TMP/piped" 1
 "$TRAIN" --config <(sed "s#\"$PWD/#\"#g" "$TMP/abs.json") --max-steps 1 --quiet >/dev/null 2>"$TMP/pipe.err" \
   && [ -f "$TMP/piped/last.mha" ] || fail "config from a pipe with relative data paths: $(cat "$TMP/pipe.err")"
+# ... and /dev/stdin redirected from a file: relative to that file's folder, as --config FILE is
+# (before: to /dev, "/dev/data/sample/train.tsv")
+mkdir -p "$TMP/cfgdir" && cp data/sample/train.tsv "$TMP/cfgdir/" \
+  && printf '{"data": {"train": "train.tsv", "max_len": 16}, "model": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}, "output": {"dir": "stdin-run"}}' >"$TMP/cfgdir/rel.json"
+(cd "$TMP" && "$TRAIN" --config /dev/stdin --max-steps 1 --quiet <"$TMP/cfgdir/rel.json" >/dev/null 2>"$TMP/stdin.err") \
+  && [ -f "$TMP/cfgdir/stdin-run/last.mha" ] || fail "config on /dev/stdin from a file: $(cat "$TMP/stdin.err")"
 # ---- class names that differ only in case, width or composition: a note (text is read
 # NFKC-normalised and case-folded, labels as written; before: silently separate classes)
 { for i in 1 2 3; do printf 'Sport\t体育比赛%s\nsport\t足球%s\ncaf\xc3\xa9\t咖啡%s\ncafe\xcc\x81\t好%s\n' $i $i $i $i; done; } >"$TMP/look.tsv"

@@ -232,9 +232,13 @@ static void test_overrides(void) {
         CHECK(load_text(&c, MIN_CFG, &not_numbers[i], 1, &e) == MHA_EXIT_USAGE);
         CHECK_MSG(e, strstr(not_numbers[i], "epochs") ? "expected an integer, got '" : "expected a number, got '");
     }
-    const char *tiny[] = {"train.lr=1e-400"};
-    CHECK(load_text(&c, MIN_CFG, tiny, 1, &e) == MHA_EXIT_USAGE);
-    CHECK_MSG(e, "--set: key 'train.lr': 1e-400 is out of range (allowed: > 0)");
+    const char *tiny[] = {"train.lr=1e-400", "train.lr=1e-50"};   /* 0 as a double; 0 as a float */
+    for (int i = 0; i < 2; i++) {
+        CHECK(load_text(&c, MIN_CFG, &tiny[i], 1, &e) == MHA_EXIT_USAGE);
+        snprintf(want, sizeof want, i ? "--set: key 'train.lr': %s is too small for a float (it would be 0)"
+                                      : "--set: key 'train.lr': %s is out of range (allowed: > 0)", tiny[i] + 9);
+        CHECK_MSG(e, want);
+    }
     const char *fine[] = {"train.lr=.001", "train.weight_decay=+0.5", "train.epochs=2E0"};
     CHECK(load_text(&c, MIN_CFG, fine, 3, &e) == 0);
     CHECK(c.lr == 0.001f && c.weight_decay == 0.5f && c.epochs == 2);
