@@ -191,8 +191,12 @@ static inline float mha_expf_degree(float x, int degree) {   /* degree 7 or 5 */
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t ni = (int32_t)n;
-    int32_t bits = (ni + 127) << 23;
+    /* 2^n from t's bits: t = 1.5 * 2^23 + n exactly, so its bits are the shifter's plus n. In
+     * unsigned arithmetic, so that a NaN x (whose n is NaN: converting it to int would be
+     * undefined, UBSan's "left shift of negative value") gives some scale, and p's NaN the result */
+    uint32_t tbits;
+    memcpy(&tbits, &t, sizeof tbits);
+    const uint32_t bits = (tbits - 0x4B400000u + 127u) << 23;   /* 0x4B400000: the shifter's bits */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
