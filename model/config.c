@@ -3,8 +3,8 @@
  * overrides, validation, help and to_json are all driven by that table.
  * Paths in a config file are relative to the file's folder (to the working directory for a
  * config read from a pipe, <(...)); paths given with --set are relative to the current working
- * directory. Both are stored absolute, so that the
- * config a checkpoint holds means the same from any folder (mha-train --resume). */
+ * directory. Both are stored absolute, so that the config a checkpoint holds means the same
+ * from any folder (mha-train --resume). */
 #include "model/config.h"
 #include "data/json_syntax.h"
 #include "data/utf8.h"

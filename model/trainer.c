@@ -33,6 +33,9 @@
 
 static volatile sig_atomic_t g_interrupted;
 static volatile sig_atomic_t g_finishing;   /* the training is saved: a stop signal quits at once */
+/* Stop signals taken so far. Counted atomically: two that come together (SIGINT and SIGTERM)
+ * can run their handlers at once on two threads, and each must not see itself as the first */
+static atomic_int g_stop_signals;
 
 /* What quitting at once says (where the run stands: set_quit_note), in one of two buffers so
  * that the handler never reads one being written; the temporary checkpoint names it removes. */
@@ -63,7 +66,7 @@ static void on_signal(int sig) {
     static const char other_msg[] = "\nmha-train: stopping: saving last.mha after this step\n";
     int saved_errno = errno;
     ssize_t ignored;
-    if (g_interrupted || g_finishing) {
+    if (atomic_fetch_add(&g_stop_signals, 1) > 0 || g_finishing) {   /* lock-free: async-signal-safe */
         const int fd = run_dir_fd();
         for (int i = 0; i < 2 && fd >= 0; i++) unlinkat(fd, g_tmp_names[i], 0);
         const int q = g_quit_current;
@@ -762,6 +765,12 @@ int train_run(Config *cfg, const TrainOptions *opt, MhaError *err) {
     if (have_resume) {
         int done;
         if ((rc = resume_restore(&r, &resume, opt->resume_path, opt->quiet, opt->max_steps, bt.n_batches, &done, err)) || done) goto out;
+        /* the parameters and moments are the backend's now: the file's copies (3 x the
+         * parameters' bytes) need not last the run (the vocabulary and labels are the run's) */
+        free(resume.params);
+        free(resume.adam_m);
+        free(resume.adam_v);
+        resume.params = resume.adam_m = resume.adam_v = NULL;
     } else {
         model_init_params(&r.model, (uint64_t)cfg->seed);
     }
