@@ -426,11 +426,12 @@ static int run_predict(Predictor *p, const char *input, int top_k, int jsonl, Mh
             label_is_class += l;
             if (t && !l && !first_swapped) first_swapped = line_no;
         }
-        /* as training and --eval read it: bad bytes become U+FFFD, then the text is cut (a cut
-         * first would back over a run of stray continuation bytes and the character before) */
+        /* a text over the limit is read as training and --eval read it: bad bytes become U+FFFD,
+         * then the cut (a cut first would back over a run of stray continuation bytes and the
+         * character before); shorter texts go to the tokenizer as they are, which does the same */
         size_t tlen = text ? strlen(text) : 0;
         int fixed = 0;
-        if (text && utf8_check(text, tlen) < tlen) {
+        if (text && tlen > text_max && utf8_check(text, tlen) < tlen) {
             /* only what the cut keeps: text_max bytes of it come from at most text_max bytes of the
              * line (a replacement is never shorter than what it replaces); 4 more, so that a
              * character the prefix ends inside lands after the cut (the buffer: 3 x that at most) */

@@ -210,18 +210,18 @@ typedef struct {
     char *fix;  size_t fix_cap; /* a line with its invalid bytes replaced (replace_invalid) */
 } Reader;
 
-/* One parsed line as an example of r->d: its label resolved (interned while training, looked
- * up in r->labels otherwise), its text cut to max_line_bytes and tokenised, its tokens
- * interned or looked up. */
-/* The length of a Unicode line break that starts s (U+0085 NEL, U+2028, U+2029), or 0: what
- * readers that split on them (Python's splitlines, editors) take for a line's end. */
-static size_t unicode_line_break(const char *s) {
+/* The Unicode line break that starts s (U+0085 NEL, U+2028, U+2029), as its code point, or 0:
+ * what readers that split on them (Python's splitlines, editors) take for a line's end. */
+static unsigned unicode_line_break(const char *s) {
     const unsigned char *u = (const unsigned char *)s;
-    if (u[0] == 0xC2 && u[1] == 0x85) return 2;
-    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 3;
+    if (u[0] == 0xC2 && u[1] == 0x85) return 0x85;
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0xA8 || u[2] == 0xA9)) return 0x2000u + u[2] - 0x80u;
     return 0;
 }
 
+/* One parsed line as an example of r->d: its label resolved (interned while training, looked
+ * up in r->labels otherwise), its text cut to max_line_bytes and tokenised, its tokens
+ * interned or looked up. */
 static int add_example(Reader *r, long line_no, const char *label, const char *text,
                        size_t tlen, TokenList *tl, MhaError *err) {
     Dataset *d = r->d;
@@ -237,11 +237,11 @@ static int add_example(Reader *r, long line_no, const char *label, const char *t
                             "(expected a label of printable text: a tab or line break would break the "
                             "one-line-per-text output)", r->name, line_no, utf8_shown(label, 200), label,
                             (unsigned char)*c);
-        if (unicode_line_break(c))
-            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the line break U+%s (expected a "
+        const unsigned lb = unicode_line_break(c);
+        if (lb)
+            return mha_fail(err, MHA_EXIT_DATA, "%s:%ld: label '%.*s' holds the line break U+%04X (expected a "
                             "label of printable text: a line break would break the one-line-per-text output)",
-                            r->name, line_no, utf8_shown(label, 200), label,
-                            (unsigned char)c[0] == 0xC2 ? "0085" : c[2] == '\xA8' ? "2028" : "2029");
+                            r->name, line_no, utf8_shown(label, 200), label, lb);
     }
     if (label && r->train) {
         lab = vocab_counter_intern(r->lab_count, label, (int)strlen(label));

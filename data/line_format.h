@@ -4,10 +4,9 @@
 #ifndef MHA_DATA_LINE_FORMAT_H
 #define MHA_DATA_LINE_FORMAT_H
 
-#include <string.h>
-
 #include "data/error.h"
 #include <stddef.h>
+#include <string.h>
 
 enum { FORMAT_AUTO = 0, FORMAT_TSV, FORMAT_FASTTEXT, FORMAT_JSONL, FORMAT_PLAIN };
 

@@ -1,8 +1,8 @@
 /* data/tokenizer.h: UTF-8 text -> tokens, on utf8proc.
  * Validates UTF-8, NFKC-normalises and case-folds (configurable); each CJK ideograph,
  * kana or hangul syllable is one token; a run of letters of any other script (and across
- * scripts) is one token; a run of digits is one token; each punctuation or symbol character is one token;
- * whitespace separates and is dropped. A combining mark stays with the token before it;
+ * scripts) is one token; a run of digits is one token; each punctuation or symbol
+ * character is one token; whitespace separates and is dropped. A combining mark stays with the token before it;
  * format characters (Cf: ZWSP, ZWJ, BOM, ...) and variation selectors separate like
  * whitespace. TokenList.text is the whole normalised text, byte for byte what utf8proc_map
  * gives with the same options (invalid bytes first replaced by U+FFFD when allowed). */

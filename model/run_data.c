@@ -1,7 +1,7 @@
 /* model/run_data.c: a training run's data (run_data.h): the training, dev and test files read
  * and checked (labels that look swapped or like ids, a class of one example, classes whose
- * names differ only in case or width, dev or test sets
- * that repeat the training data), the statistics and notes printed before the first update,
+ * names differ only in case or width, dev or test sets that repeat the training data), the
+ * statistics and notes printed before the first update,
  * and the notes on settings that the data makes odd (a warmup longer than the run, dev-set
  * options without a dev set). */
 #include "model/run_data.h"
